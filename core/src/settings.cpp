@@ -1,0 +1,33 @@
+// The one table of settings. Add a row here to declare a setting; nothing else declares
+// settings. Keep names dotted by layer (log., comm., topo., model., run., plan.).
+#include <array>
+
+#include "trellis/core/config.hpp"
+
+namespace trellis {
+namespace {
+
+using T = SettingType;
+constexpr std::array kSettings = {
+    SettingSpec{"log.level", T::kString, "info",
+                "Log level: trace, debug, info, warn, error, critical, off", "TRELLIS_LOG_LEVEL"},
+    SettingSpec{"log.all_ranks", T::kBool, "false",
+                "Let every rank log at log.level (default: non-root ranks log warnings only)",
+                "TRELLIS_LOG_ALL_RANKS"},
+    SettingSpec{"comm.deadline_ms", T::kDurationMs, "30000",
+                "Longest any blocking communication may wait before the rank reports the peer "
+                "or link that failed and exits",
+                "TRELLIS_DEADLINE_MS"},
+    SettingSpec{"comm.connect_timeout_ms", T::kDurationMs, "20000",
+                "Longest a rank waits for its peers to connect at start-up",
+                "TRELLIS_CONNECT_TIMEOUT_MS"},
+    SettingSpec{"bench.iters", T::kInt, "200", "Timed iterations per point in `trellis bench`",
+                "TRELLIS_BENCH_ITERS"},
+    SettingSpec{"bench.warmup", T::kInt, "20", "Untimed warm-up iterations per point", ""},
+};
+
+}  // namespace
+
+std::span<const SettingSpec> all_settings() { return kSettings; }
+
+}  // namespace trellis

@@ -1,0 +1,13 @@
+// What the kernels layer was built with: the BLAS library and the CPU features it uses.
+#pragma once
+
+#include <string>
+
+namespace trellis::kernels {
+
+// e.g. "OpenBLAS 0.3.21 (Haswell, 2 threads)".
+std::string blas_description();
+// The instruction-set extensions this binary was compiled for, e.g. "AVX2 FMA AVX512F".
+std::string compiled_isa();
+
+}  // namespace trellis::kernels

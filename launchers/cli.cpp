@@ -1,0 +1,162 @@
+#include "cli.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <map>
+
+#include "commands.hpp"
+#include "environment.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/core/log.hpp"
+#include "trellis/core/strings.hpp"
+
+namespace trellis::launchers {
+namespace {
+
+constexpr int kExitUsage = 2;
+
+struct GlobalFlags {
+  std::string log_level;
+  bool log_all_ranks = false;
+  std::vector<std::string> settings;  // NAME=VALUE
+};
+
+void print_usage(std::ostream& os) {
+  os << "Usage: trellis [--log-level LEVEL] [--set NAME=VALUE]... COMMAND [OPTIONS]\n\nCommands:\n";
+  for (const auto& c : all_commands()) os << fmt::format("  {:<14} {}\n", c.path, c.summary);
+  os << "\nRun `trellis COMMAND --help` for the options of a command.\n";
+}
+
+void apply_flags(const GlobalFlags& flags, Config& config) {
+  if (!flags.log_level.empty()) config.set("log.level", flags.log_level, SettingSource::kFlag, "--log-level");
+  if (flags.log_all_ranks) config.set("log.all_ranks", "true", SettingSource::kFlag, "--log-all-ranks");
+  for (const auto& kv : flags.settings) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw_error(ErrorCode::kInvalidArgument, "--set '{}': expected NAME=VALUE (see `trellis info --config`)", kv);
+    }
+    config.set(kv.substr(0, eq), kv.substr(eq + 1), SettingSource::kFlag, "--set " + kv);
+  }
+}
+
+// Registers groups and commands from the table; `selected` receives the parsed command.
+void build_app(CLI::App& app, GlobalFlags& flags, Action& selected) {
+  app.set_version_flag("--version", std::string(TRELLIS_VERSION));
+  app.add_option("--log-level", flags.log_level,
+                 "trace, debug, info, warn, error, critical or off (env TRELLIS_LOG_LEVEL)");
+  app.add_flag("--log-all-ranks", flags.log_all_ranks,
+               "Every rank logs at --log-level (default: only rank 0; others warn and above)");
+  app.add_option("--set", flags.settings,
+                 "Set any setting, NAME=VALUE; repeatable (list: trellis info --config)");
+  app.require_subcommand(1);
+  std::map<std::string, CLI::App*, std::less<>> groups;
+  for (const auto& g : all_groups()) {
+    auto* sub = app.add_subcommand(std::string(g.name), std::string(g.summary));
+    sub->require_subcommand(1);
+    groups.emplace(g.name, sub);
+  }
+  for (const auto& c : all_commands()) {
+    CLI::App* parent = &app;
+    std::string leaf(c.path);
+    if (auto sp = c.path.find(' '); sp != std::string_view::npos) {
+      parent = groups.find(c.path.substr(0, sp))->second;
+      leaf = std::string(c.path.substr(sp + 1));
+    }
+    CLI::App* sub = parent->add_subcommand(leaf, std::string(c.summary));
+    Action action = c.define(*sub);
+    sub->callback([&selected, action] { selected = action; });
+  }
+}
+
+// The first word that is not a flag (nor a global flag's value) must name a command or
+// group; returns it when it does not, for a clearer message than CLI11's.
+std::string first_unknown_command(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--log-level" || a == "--set") {
+      ++i;
+      continue;
+    }
+    if (a.empty() || a[0] == '-') continue;
+    for (const auto& g : all_groups()) if (g.name == a) return {};
+    for (const auto& c : all_commands()) if (c.path == a) return {};
+    return std::string(a);
+  }
+  return {};
+}
+
+int run_action(const Action& action, Config config) {
+  Session session;
+  session.config = std::move(config);
+  session.under_mpirun = launched_by_mpirun();
+  session.world_ptr = session.under_mpirun ? transport::make_mpi_bootstrap() : transport::make_local_bootstrap();
+  LogOptions log;
+  log.rank = session.rank();
+  log.world_size = session.size();
+  log.host = session.size() > 1 ? session.world().hostname() : "";
+  log.level = session.config.get_string("log.level");
+  log.all_ranks = session.config.get_bool("log.all_ranks");
+  configure_logging(log);
+  try {
+    return action(session);
+  } catch (const std::exception& e) {
+    const auto* err = dynamic_cast<const Error*>(&e);
+    std::string kind = err ? std::string(to_string(err->code())) : "unexpected error";
+    if (session.size() > 1) {
+      // Take the peers down with us: they may be waiting on this rank. MPI_Abort makes
+      // mpirun end every rank and say which rank called it.
+      spdlog::critical("rank {} failed ({}): {}", session.rank(), kind, e.what());
+      session.world().abort(1);
+    }
+    spdlog::error("{}: {}", kind, e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+bool Session::require_world(bool ok, std::string_view message) const {
+  if (!ok && rank() == 0) spdlog::error("{}", message);
+  return ok;
+}
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"trellis: LLM inference across many machines, as pipeline stages x tensor-parallel ranks",
+               "trellis"};
+  GlobalFlags flags;
+  Action selected;
+  build_app(app, flags, selected);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    if (auto unknown = first_unknown_command(argc, argv); !unknown.empty()) {
+      std::cerr << "trellis: unknown command '" << unknown << "'\n\n";
+    } else {
+      std::cerr << "trellis: " << e.what() << "\n\n";
+    }
+    print_usage(std::cerr);
+    return kExitUsage;
+  }
+  Config config;
+  try {
+    apply_environment(config);
+    apply_flags(flags, config);
+  } catch (const Error& e) {
+    std::cerr << "trellis: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  if (!selected) {
+    print_usage(std::cerr);
+    return kExitUsage;
+  }
+  return run_action(selected, std::move(config));
+}
+
+}  // namespace trellis::launchers

@@ -1,0 +1,25 @@
+#include "commands.hpp"
+
+#include <array>
+
+namespace trellis::launchers {
+namespace {
+
+constexpr std::array kGroups = {
+    GroupSpec{"bench", "Measure communication, kernels and models"},
+};
+
+constexpr std::array kCommands = {
+    CommandSpec{"info", "Print versions, transports, devices, settings and (under mpirun) every rank",
+                &define_info},
+    CommandSpec{"bench ring",
+                "Pass messages around a ring of ranks over MPI and report latency and bandwidth",
+                &define_bench_ring},
+};
+
+}  // namespace
+
+std::span<const CommandSpec> all_commands() { return kCommands; }
+std::span<const GroupSpec> all_groups() { return kGroups; }
+
+}  // namespace trellis::launchers

@@ -1,0 +1,3 @@
+#include "cli.hpp"
+
+int main(int argc, char** argv) { return trellis::launchers::run_cli(argc, argv); }

@@ -1,0 +1,31 @@
+// Session: what every command gets — the configuration (defaults < environment < flags)
+// and the world of ranks (MPI under mpirun, a single local rank otherwise).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "trellis/core/config.hpp"
+#include "trellis/transport/bootstrap.hpp"
+
+namespace trellis::launchers {
+
+struct Session {
+  Config config;
+  bool under_mpirun = false;
+  std::unique_ptr<transport::Bootstrap> world_ptr;
+
+  transport::Bootstrap& world() { return *world_ptr; }
+  int rank() const { return world_ptr->rank(); }
+  int size() const { return world_ptr->size(); }
+  bool is_root() const { return rank() == 0; }
+  Deadline deadline() const { return Deadline::after(config.get_duration("comm.deadline_ms")); }
+
+  // Checks a world-size requirement that every rank evaluates alike. When it is not met,
+  // rank 0 logs `message` once and every rank gets false (the command returns 1), so the
+  // job ends everywhere with one clear error and no hang.
+  bool require_world(bool ok, std::string_view message) const;
+};
+
+}  // namespace trellis::launchers

@@ -1,0 +1,7 @@
+// main() for unit tests: plain GoogleTest, no MPI.
+#include <gtest/gtest.h>
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

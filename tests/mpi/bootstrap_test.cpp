@@ -1,0 +1,88 @@
+// The MPI bootstrap at 4 ranks: collectives, point-to-point, and deadlines that turn a
+// missing peer into an error instead of a hang.
+#include <gtest/gtest.h>
+
+#include "trellis/core/error.hpp"
+#include "trellis/transport/bootstrap.hpp"
+
+namespace trellis::transport {
+namespace {
+
+Bootstrap& world() {
+  static auto w = make_mpi_bootstrap();
+  return *w;
+}
+
+Deadline soon() { return Deadline::after_ms(20000); }
+
+TEST(MpiBootstrap, RankAndSize) {
+  EXPECT_GE(world().size(), 2);
+  EXPECT_GE(world().rank(), 0);
+  EXPECT_LT(world().rank(), world().size());
+  EXPECT_FALSE(world().hostname().empty());
+}
+
+TEST(MpiBootstrap, AllgatherVariableSizes) {
+  std::string mine(static_cast<std::size_t>(world().rank()) * 3, 'a' + static_cast<char>(world().rank()));
+  auto all = allgather_strings(world(), mine, soon());
+  ASSERT_EQ(static_cast<int>(all.size()), world().size());
+  for (int r = 0; r < world().size(); ++r) {
+    EXPECT_EQ(all[r], std::string(static_cast<std::size_t>(r) * 3, 'a' + static_cast<char>(r)));
+  }
+}
+
+TEST(MpiBootstrap, BroadcastAndAgreement) {
+  std::vector<std::byte> data;
+  if (world().rank() == 1) data = {std::byte{1}, std::byte{2}, std::byte{3}};
+  world().broadcast(data, 1, soon());
+  ASSERT_EQ(data.size(), 3u);
+  EXPECT_EQ(data[2], std::byte{3});
+  EXPECT_TRUE(world().any(world().rank() == 2, soon()));
+  EXPECT_FALSE(world().any(false, soon()));
+  EXPECT_DOUBLE_EQ(world().max(static_cast<double>(world().rank()), soon()), world().size() - 1.0);
+}
+
+TEST(MpiBootstrap, RingSendRecvCarriesEveryByte) {
+  const int n = world().size(), r = world().rank();
+  std::vector<std::byte> out(100000), in(100000);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>((i + r) & 0xff);
+  world().sendrecv((r + 1) % n, out, (r + n - 1) % n, in, 7, soon());
+  int prev = (r + n - 1) % n;
+  for (std::size_t i = 0; i < in.size(); ++i) ASSERT_EQ(in[i], static_cast<std::byte>((i + prev) & 0xff));
+}
+
+TEST(MpiBootstrap, ReceiveFromSilentPeerTimesOut) {
+  // Nobody sends tag 99: every rank's receive must end at its deadline, naming the peer.
+  const int n = world().size(), r = world().rank();
+  std::vector<std::byte> in(16);
+  auto start = Clock::now();
+  try {
+    world().recv((r + 1) % n, 99, in, Deadline::after_ms(300));
+    FAIL() << "receive returned without a sender";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string((r + 1) % n)), std::string::npos) << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  world().barrier(soon());
+}
+
+TEST(MpiBootstrap, WrongSizeIsReported) {
+  const int n = world().size(), r = world().rank();
+  std::vector<std::byte> small(8), big(16);
+  if (r == 0) {
+    world().send(1 % n, 5, small, soon());
+  } else if (r == 1) {
+    EXPECT_THROW(world().recv(0, 5, big, soon()), Error);
+  }
+  world().barrier(soon());
+}
+
+TEST(MpiBootstrap, BadPeerIsRejected) {
+  std::vector<std::byte> b(1);
+  EXPECT_THROW(world().send(world().size(), 0, b, soon()), Error);
+  EXPECT_THROW(world().recv(-1, 0, b, soon()), Error);
+}
+
+}  // namespace
+}  // namespace trellis::transport

@@ -1,0 +1,122 @@
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "trellis/core/clock.hpp"
+#include "trellis/core/config.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/core/log.hpp"
+#include "trellis/core/strings.hpp"
+
+namespace trellis {
+namespace {
+
+TEST(Strings, ParseSizeAcceptsBinaryUnits) {
+  EXPECT_EQ(parse_size("4096", "x"), 4096u);
+  EXPECT_EQ(parse_size("4K", "x"), 4096u);
+  EXPECT_EQ(parse_size("4KiB", "x"), 4096u);
+  EXPECT_EQ(parse_size(" 64MiB ", "x"), 64u << 20);
+  EXPECT_EQ(parse_size("1.5K", "x"), 1536u);
+}
+
+TEST(Strings, ParseSizeRejectsGarbageNamingTheInput) {
+  try {
+    parse_size("12parsecs", "--max-size");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("--max-size"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("parsecs"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_size("", "x"), Error);
+  EXPECT_THROW(parse_size("0.3", "x"), Error);  // not whole bytes
+}
+
+TEST(Strings, IntListRangesAndPowers) {
+  EXPECT_EQ(parse_int_list("1,4,16", "b"), (std::vector<std::int64_t>{1, 4, 16}));
+  EXPECT_EQ(parse_int_list("8-64", "b"), (std::vector<std::int64_t>{8, 16, 32, 64}));
+  EXPECT_EQ(parse_int_list("2..4", "b"), (std::vector<std::int64_t>{2, 3, 4}));
+  EXPECT_THROW(parse_int_list("8-4", "b"), Error);
+  EXPECT_THROW(parse_int_list("x", "b"), Error);
+}
+
+TEST(Strings, ParseIntIsStrict) {
+  EXPECT_EQ(parse_int("-12", "n"), -12);
+  EXPECT_THROW(parse_int("12x", "n"), Error);
+  EXPECT_THROW(parse_int("", "n"), Error);
+  EXPECT_TRUE(parse_bool("On", "b"));
+  EXPECT_FALSE(parse_bool("0", "b"));
+  EXPECT_THROW(parse_bool("maybe", "b"), Error);
+}
+
+TEST(Strings, Formatting) {
+  EXPECT_EQ(format_bytes(8), "8 B");
+  EXPECT_EQ(format_bytes(1536), "1.5 KiB");
+  EXPECT_EQ(format_bytes(4 << 20), "4 MiB");
+  EXPECT_EQ(format_seconds(2.5e-6), "2.50 us");
+  EXPECT_EQ(split("a,,b", ','), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(split("a,,b", ',', true), (std::vector<std::string>{"a", "", "b"}));
+}
+
+TEST(Config, EverySettingIsDeclaredOnceWithValidDefault) {
+  Config c;  // parses every default through the type's validator on get
+  std::set<std::string_view> names;
+  for (const auto& s : all_settings()) {
+    EXPECT_TRUE(names.insert(s.name).second) << "declared twice: " << s.name;
+    EXPECT_FALSE(s.description.empty()) << s.name;
+    EXPECT_NO_THROW(c.set(s.name, s.default_value, SettingSource::kDefault)) << s.name;
+  }
+}
+
+TEST(Config, SetValidatesTypeAndNamesOrigin) {
+  Config c;
+  EXPECT_EQ(c.get_duration("comm.deadline_ms"), Millis(30000));
+  c.set("comm.deadline_ms", "1500", SettingSource::kEnvironment, "TRELLIS_DEADLINE_MS");
+  EXPECT_EQ(c.get_duration("comm.deadline_ms"), Millis(1500));
+  EXPECT_EQ(c.source("comm.deadline_ms"), SettingSource::kEnvironment);
+  try {
+    c.set("comm.deadline_ms", "soon", SettingSource::kEnvironment, "TRELLIS_DEADLINE_MS");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TRELLIS_DEADLINE_MS"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(c.get_duration("comm.deadline_ms"), Millis(1500)) << "a rejected value must not be stored";
+  EXPECT_THROW(c.set("no.such.setting", "1", SettingSource::kFlag), Error);
+  EXPECT_THROW(c.get_int("log.level"), Error) << "reading a string setting as int is a bug";
+}
+
+TEST(Deadline, ExpiresAndReportsRemaining) {
+  auto d = Deadline::after_ms(0);
+  EXPECT_TRUE(d.expired());
+  EXPECT_EQ(d.remaining(), Clock::duration::zero());
+  auto n = Deadline::never();
+  EXPECT_FALSE(n.expired());
+  EXPECT_TRUE(n.is_never());
+  auto later = Deadline::after_ms(60000);
+  EXPECT_FALSE(later.expired());
+  EXPECT_GT(later.remaining_seconds(), 50.0);
+}
+
+TEST(Logging, RejectsUnknownLevel) {
+  LogOptions o;
+  o.level = "loud";
+  EXPECT_THROW(configure_logging(o), Error);
+  o.level = "off";
+  EXPECT_NO_THROW(configure_logging(o));
+  o.level = "warn";
+  configure_logging(o);
+  EXPECT_EQ(logging_options().level, "warn");
+}
+
+TEST(Errors, CarryCodeAndScope) {
+  try {
+    throw_scoped(ErrorScope::kRequest, ErrorCode::kInvalidArgument, "prompt {} too long", 7);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.scope(), ErrorScope::kRequest);
+    EXPECT_EQ(std::string(e.what()), "prompt 7 too long");
+    EXPECT_EQ(to_string(e.code()), "invalid argument");
+  }
+}
+
+}  // namespace
+}  // namespace trellis

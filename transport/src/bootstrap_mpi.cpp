@@ -1,0 +1,225 @@
+// MPI bootstrap. Blocking MPI calls cannot time out, so every operation here is issued
+// non-blocking and polled against its deadline; a peer that died or stalled becomes a
+// kTimeout naming the operation and the peer instead of a hang.
+#include <mpi.h>
+
+#include <chrono>
+#include <numeric>
+#include <thread>
+
+#include "trellis/core/error.hpp"
+#include "trellis/transport/bootstrap.hpp"
+
+namespace trellis::transport {
+namespace {
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw_error(ErrorCode::kPeerFailed, "MPI {} failed: {}", what, std::string(text, len));
+}
+
+// Polls `done()` until it returns true or the deadline passes. Spins briefly (low latency
+// for small messages), then yields, then sleeps, so waiting ranks leave the cores to the
+// ranks doing work when there are more ranks than cores.
+template <typename Done>
+void poll(Done&& done, Deadline deadline, const std::string& what) {
+  auto start = Clock::now();
+  for (std::uint64_t spin = 0;; ++spin) {
+    if (done()) return;
+    if ((spin & 63) == 0 && deadline.expired()) {
+      throw_error(ErrorCode::kTimeout, "{}: no answer after {:.1f} s", what,
+                  std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    if (spin > 20000) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else if (spin > 2000) {
+      std::this_thread::yield();
+    }
+  }
+}
+
+void wait_all(std::span<MPI_Request> reqs, Deadline deadline, const std::string& what) {
+  poll([&] {
+    int done = 0;
+    check_mpi(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), what.c_str());
+    return done != 0;
+  }, deadline, what);
+}
+
+class MpiBootstrap final : public Bootstrap {
+ public:
+  MpiBootstrap() {
+    // A process that initialised MPI itself (the test harness) keeps ownership of it.
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    owns_mpi_ = !initialized;
+    if (owns_mpi_) {
+      int provided = 0;
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    // Errors come back as return codes (check_mpi turns them into trellis::Error).
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    host_.assign(name, len);
+  }
+  ~MpiBootstrap() override {
+    MPI_Comm_free(&comm_);
+    if (owns_mpi_) MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& hostname() const override { return host_; }
+  bool is_mpi() const override { return true; }
+
+  void barrier(Deadline deadline) override {
+    MPI_Request r;
+    check_mpi(MPI_Ibarrier(comm_, &r), "barrier");
+    wait_all({&r, 1}, deadline, "barrier over all ranks");
+  }
+
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> mine, Deadline deadline) override {
+    int my_len = static_cast<int>(mine.size());
+    std::vector<int> lens(size_);
+    MPI_Request r;
+    check_mpi(MPI_Iallgather(&my_len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_, &r), "allgather");
+    wait_all({&r, 1}, deadline, "allgather (sizes) over all ranks");
+    std::vector<int> displs(size_, 0);
+    std::exclusive_scan(lens.begin(), lens.end(), displs.begin(), 0);
+    std::vector<std::byte> flat(static_cast<std::size_t>(displs.back() + lens.back()));
+    check_mpi(MPI_Iallgatherv(mine.data(), my_len, MPI_BYTE, flat.data(), lens.data(), displs.data(),
+                              MPI_BYTE, comm_, &r), "allgatherv");
+    wait_all({&r, 1}, deadline, "allgather (data) over all ranks");
+    std::vector<std::vector<std::byte>> out(size_);
+    for (int i = 0; i < size_; ++i) out[i].assign(flat.begin() + displs[i], flat.begin() + displs[i] + lens[i]);
+    return out;
+  }
+
+  void broadcast(std::vector<std::byte>& data, int root, Deadline deadline) override {
+    check_rank(root, "broadcast");
+    std::uint64_t n = data.size();
+    MPI_Request r;
+    check_mpi(MPI_Ibcast(&n, 1, MPI_UINT64_T, root, comm_, &r), "broadcast");
+    wait_all({&r, 1}, deadline, fmt::format("broadcast (size) from rank {}", root));
+    data.resize(n);
+    check_mpi(MPI_Ibcast(data.data(), static_cast<int>(n), MPI_BYTE, root, comm_, &r), "broadcast");
+    wait_all({&r, 1}, deadline, fmt::format("broadcast from rank {}", root));
+  }
+
+  bool any(bool mine, Deadline deadline) override {
+    int in = mine ? 1 : 0, out = 0;
+    MPI_Request r;
+    check_mpi(MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_LOR, comm_, &r), "allreduce");
+    wait_all({&r, 1}, deadline, "agreement (allreduce) over all ranks");
+    return out != 0;
+  }
+
+  double max(double mine, Deadline deadline) override {
+    double out = 0;
+    MPI_Request r;
+    check_mpi(MPI_Iallreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, comm_, &r), "allreduce");
+    wait_all({&r, 1}, deadline, "max (allreduce) over all ranks");
+    return out;
+  }
+
+  void send(int peer, int tag, std::span<const std::byte> data, Deadline deadline) override {
+    check_rank(peer, "send");
+    MPI_Request r;
+    check_mpi(MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_BYTE, peer, tag, comm_, &r), "send");
+    try {
+      wait_all({&r, 1}, deadline, fmt::format("send of {} bytes to rank {}", data.size(), peer));
+    } catch (...) {
+      cancel(r);
+      throw;
+    }
+  }
+
+  void recv(int peer, int tag, std::span<std::byte> data, Deadline deadline) override {
+    check_rank(peer, "recv");
+    MPI_Request r;
+    MPI_Status status;
+    check_mpi(MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_BYTE, peer, tag, comm_, &r), "recv");
+    try {
+      wait_status(r, status, deadline, fmt::format("receive of {} bytes from rank {}", data.size(), peer));
+    } catch (...) {
+      cancel(r);  // a late message must not land in a buffer the caller gave up on
+      throw;
+    }
+    check_count(status, data.size(), peer);
+  }
+
+  void sendrecv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in, int tag,
+                Deadline deadline) override {
+    check_rank(to, "sendrecv");
+    check_rank(from, "sendrecv");
+    MPI_Request r[2];
+    check_mpi(MPI_Irecv(in.data(), static_cast<int>(in.size()), MPI_BYTE, from, tag, comm_, &r[0]), "recv");
+    check_mpi(MPI_Isend(out.data(), static_cast<int>(out.size()), MPI_BYTE, to, tag, comm_, &r[1]), "send");
+    try {
+      wait_all(r, deadline, fmt::format("exchange with ranks {} (send) and {} (receive)", to, from));
+    } catch (...) {
+      cancel(r[0]);
+      cancel(r[1]);
+      throw;
+    }
+  }
+
+  [[noreturn]] void abort(int exit_code) override {
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::_Exit(exit_code);
+  }
+
+ private:
+  void check_rank(int peer, const char* op) const {
+    if (peer < 0 || peer >= size_)
+      throw_error(ErrorCode::kInvalidArgument, "{} to rank {} in a world of {} ranks", op, peer, size_);
+  }
+  void wait_status(MPI_Request& r, MPI_Status& status, Deadline deadline, const std::string& what) {
+    poll([&] {
+      int done = 0;
+      check_mpi(MPI_Test(&r, &done, &status), what.c_str());
+      return done != 0;
+    }, deadline, what);
+  }
+  static void cancel(MPI_Request& r) {
+    if (r == MPI_REQUEST_NULL) return;
+    MPI_Cancel(&r);
+    MPI_Request_free(&r);
+  }
+  static void check_count(const MPI_Status& status, std::size_t expected, int peer) {
+    int got = 0;
+    MPI_Get_count(&status, MPI_BYTE, &got);
+    if (static_cast<std::size_t>(got) != expected)
+      throw_error(ErrorCode::kCorruptInput, "rank {} sent {} bytes where {} were expected", peer, got, expected);
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  bool owns_mpi_ = false;
+  std::string host_;
+};
+
+}  // namespace
+
+std::unique_ptr<Bootstrap> make_mpi_bootstrap() { return std::make_unique<MpiBootstrap>(); }
+
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(text, &len);
+  std::string s(text, len);
+  // Open MPI appends a long build description after the first line.
+  if (auto nl = s.find_first_of("\n,"); nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+}  // namespace trellis::transport
