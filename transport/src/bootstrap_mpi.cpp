@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "trellis/core/error.hpp"
+#include "trellis/core/poll.hpp"
 #include "trellis/transport/bootstrap.hpp"
 
 namespace trellis::transport {
@@ -21,28 +22,8 @@ void check_mpi(int rc, const char* what) {
   throw_error(ErrorCode::kPeerFailed, "MPI {} failed: {}", what, std::string(text, len));
 }
 
-// Polls `done()` until it returns true or the deadline passes. Spins briefly (low latency
-// for small messages), then yields, then sleeps, so waiting ranks leave the cores to the
-// ranks doing work when there are more ranks than cores.
-template <typename Done>
-void poll(Done&& done, Deadline deadline, const std::string& what) {
-  auto start = Clock::now();
-  for (std::uint64_t spin = 0;; ++spin) {
-    if (done()) return;
-    if ((spin & 63) == 0 && deadline.expired()) {
-      throw_error(ErrorCode::kTimeout, "{}: no answer after {:.1f} s", what,
-                  std::chrono::duration<double>(Clock::now() - start).count());
-    }
-    if (spin > 20000) {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    } else if (spin > 2000) {
-      std::this_thread::yield();
-    }
-  }
-}
-
 void wait_all(std::span<MPI_Request> reqs, Deadline deadline, const std::string& what) {
-  poll([&] {
+  poll_until([&] {
     int done = 0;
     check_mpi(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), what.c_str());
     return done != 0;
@@ -183,7 +164,7 @@ class MpiBootstrap final : public Bootstrap {
       throw_error(ErrorCode::kInvalidArgument, "{} to rank {} in a world of {} ranks", op, peer, size_);
   }
   void wait_status(MPI_Request& r, MPI_Status& status, Deadline deadline, const std::string& what) {
-    poll([&] {
+    poll_until([&] {
       int done = 0;
       check_mpi(MPI_Test(&r, &done, &status), what.c_str());
       return done != 0;

@@ -1,0 +1,65 @@
+// Group: collective operations over a set of ranks (a TP group, a stage's ranks, the world).
+//
+// This is the API the model's tensor-parallel layers and the variants call; which algorithm
+// runs (shared memory in a host, ring / recursive halving-doubling across hosts,
+// hierarchical for groups spanning hosts) is the implementation's choice, made from the
+// message size and the links of the group. Every blocking call has a deadline (from
+// construction) and names the failing peer on error.
+//
+// Threading: one thread at a time per Group; asynchronous operations progress when their
+// request is tested or waited on (and, where an implementation has one, by a progress
+// thread). Operations must be issued in the same order on every member.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "trellis/transport/request.hpp"
+
+namespace trellis::transport {
+
+class Bootstrap;
+
+enum class DType { kF32, kBF16 };
+
+class Group {
+ public:
+  virtual ~Group() = default;
+
+  // This rank's index inside the group, and the group size.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // World ranks of the members, in group order.
+  virtual const std::vector<int>& members() const = 0;
+  // Name of the algorithm family in use, for logs: "mpi", "shm", "ring", "hierarchical".
+  virtual std::string describe() const = 0;
+
+  // In-place sum over the group. `data` holds count elements of dtype (bf16 as uint16 bits);
+  // bf16 is accumulated in f32 and rounded once.
+  virtual void all_reduce(void* data, std::size_t count, DType dtype) = 0;
+  // The asynchronous form: returns at once; `data` must stay untouched until the request
+  // completes. Used by Ladder Residual to overlap the reduction with the next module.
+  virtual RequestPtr all_reduce_async(void* data, std::size_t count, DType dtype) = 0;
+  // `bytes` bytes at `data` on group rank `root` are copied to every member.
+  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
+  // Each member contributes `bytes` bytes; `out` receives size()*bytes, in group order.
+  virtual void all_gather(const void* in, void* out, std::size_t bytes) = 0;
+  virtual void barrier() = 0;
+};
+
+// A group backed by MPI collectives (MPI_Iallreduce etc., polled against the deadline);
+// the fallback and the reference the faster algorithms are tested against. `members` are
+// world ranks; every world rank must call this with the same lists in the same order
+// (ranks not in `members` get nullptr). Requires an MPI bootstrap.
+std::unique_ptr<Group> make_mpi_group(Bootstrap& world, const std::vector<int>& members,
+                                      Millis deadline);
+
+// A group of one rank: every operation is a no-op (a t=1 model needs no MPI).
+std::unique_ptr<Group> make_single_group(int world_rank);
+
+std::size_t dtype_size(DType dtype);
+
+}  // namespace trellis::transport
