@@ -24,6 +24,9 @@ constexpr std::array kSettings = {
     SettingSpec{"bench.iters", T::kInt, "200", "Timed iterations per point in `trellis bench`",
                 "TRELLIS_BENCH_ITERS"},
     SettingSpec{"bench.warmup", T::kInt, "20", "Untimed warm-up iterations per point", ""},
+    SettingSpec{"kernels.threads", T::kInt, "0",
+                "Threads for CPU kernels (matmul, attention, ...) per rank; 0 = all cores",
+                "TRELLIS_KERNEL_THREADS"},
 };
 
 }  // namespace

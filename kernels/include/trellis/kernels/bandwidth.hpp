@@ -1,0 +1,31 @@
+// Memory bandwidth as STREAM's triad measures it: a[i] = b[i] + s * c[i] over three arrays of
+// doubles much larger than the caches, split over the Context's threads, counting 3 * 8 bytes
+// per element (reads of b and c, write of a; write-allocate traffic not counted, as STREAM).
+// `trellis bench kernels` and `trellis bench model` use it as the roofline for memory-bound
+// decode, measured in the same run as what they compare against it.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "trellis/kernels/context.hpp"
+
+namespace trellis::kernels {
+
+struct TriadResult {
+  std::size_t array_bytes = 0;   // bytes per array
+  int threads = 0;
+  int reps = 0;
+  double median_bytes_per_s = 0;  // median over reps
+  double best_bytes_per_s = 0;    // fastest rep (STREAM reports this one)
+  std::vector<double> samples;    // bytes/s of each rep
+};
+
+// Runs `reps` timed triads (after one untimed warm-up pass that also faults the pages in)
+// with arrays of `array_bytes` each (allocated here and freed on return). The result is
+// checked: a wrong element throws kInternal. array_bytes is rounded down to a whole number of
+// doubles per thread; throws kInvalidArgument below 1 MiB or for reps < 1.
+TriadResult measure_triad(const Context& ctx, std::size_t array_bytes = std::size_t{256} << 20,
+                          int reps = 10);
+
+}  // namespace trellis::kernels

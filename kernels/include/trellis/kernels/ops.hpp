@@ -1,0 +1,64 @@
+// The compute ops of a Llama-family decoder, device-agnostic: each takes a Context and
+// TensorViews, checks shapes/dtypes/devices (throwing trellis::Error kInvalidArgument that
+// names the op and the offending view, or kUnsupported for a dtype/device combination that is
+// not implemented), and dispatches to the backend of the views' device.
+//
+// Unless stated otherwise: activations are f32 matrices [rows, cols] (see tensor.hpp for the
+// row-stride convention), outputs are written, never accumulated, and an output may alias an
+// input only where the op says so. Ops run on the Context's threads and return when done.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "trellis/kernels/context.hpp"
+#include "trellis/kernels/tensor.hpp"
+
+namespace trellis::kernels {
+
+// ---- linear algebra --------------------------------------------------------------------
+
+struct MatmulOptions {
+  // y = x * w^T + beta * y. beta 0 (the default) ignores what y held (may be garbage/NaN).
+  float beta = 0.0f;
+};
+
+// y[M,N] = x[M,K] * w[N,K]^T, the linear layer with weights stored [out, in].
+//  x: f32; w: f32, bf16 or f16; y: f32. Accumulation in f32.
+//  Small M (decode) takes the memory-bound path that streams w once for all rows of x;
+//  large M (prefill) takes the GEMM path. kernels/README.md says which code runs each case
+//  and why. y must not alias x or w.
+void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const TensorView& y,
+            const MatmulOptions& opt = {});
+
+// y[m, :] += bias[:] for every row (Qwen2's q/k/v biases). bias: f32, bf16 or f16, length N.
+void add_bias(const Context& ctx, const TensorView& y, const TensorView& bias);
+
+// ---- elementwise and normalisation -----------------------------------------------------
+
+// y = x / sqrt(mean(x^2) + eps) * weight, per row. weight: [D] f32, bf16 or f16. y may be x.
+void rms_norm(const Context& ctx, const TensorView& x, const TensorView& weight, float eps,
+              const TensorView& y);
+
+// out = silu(gate) * up elementwise, silu(g) = g / (1 + exp(-g)). out may be gate or up.
+void swiglu(const Context& ctx, const TensorView& gate, const TensorView& up,
+            const TensorView& out);
+
+// out = a + b elementwise (the residual add). out may be a or b.
+void add(const Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out);
+
+// In-place softmax of each row of x (f32), numerically stable (max subtracted).
+void softmax_rows(const Context& ctx, const TensorView& x);
+
+// out[i, :] = table[tokens[i] - vocab_begin, :] converted to f32, or zeros when the token is
+// outside [vocab_begin, vocab_begin + table.rows()) — the vocabulary-parallel embedding of
+// Megatron (each rank holds a slice; the all-reduce of the outputs completes the lookup).
+// table: [V_local, D] f32, bf16 or f16. out: [tokens.size(), D] f32. A negative token throws.
+void embedding(const Context& ctx, const TensorView& table, std::span<const std::int32_t> tokens,
+               std::int64_t vocab_begin, const TensorView& out);
+
+// dst = src with dtype conversion (any of f32, bf16, f16 to any); same shape (as matrices).
+// f32 -> bf16/f16 rounds to nearest even.
+void convert(const Context& ctx, const TensorView& src, const TensorView& dst);
+
+}  // namespace trellis::kernels
