@@ -97,7 +97,12 @@ int run_action(const Action& action, Config config) {
   log.host = session.size() > 1 ? session.world().hostname() : "";
   log.level = session.config.get_string("log.level");
   log.all_ranks = session.config.get_bool("log.all_ranks");
-  configure_logging(log);
+  try {
+    configure_logging(log);
+  } catch (const Error& e) {
+    std::cerr << "trellis: " << e.what() << "\n";
+    return kExitUsage;
+  }
   try {
     return action(session);
   } catch (const std::exception& e) {

@@ -75,14 +75,14 @@ RingPoint measure(Session& s, std::size_t bytes, int iters, int warmup) {
 }
 
 int run_ring(Session& s, const RingOptions& o) {
+  std::size_t lo = parse_size(o.min_size, "--min-size"), hi = parse_size(o.max_size, "--max-size");
+  if (lo == 0 || hi < lo || hi > (1ull << 30))
+    throw_error(ErrorCode::kInvalidArgument, "--min-size/--max-size: need 1 <= min <= max <= 1GiB (got {} and {})", lo, hi);
   if (!s.require_world(s.size() >= 2,
                        fmt::format("bench ring needs at least 2 ranks; this job has {}. "
                                    "Run it under mpirun, e.g. mpirun -np 4 trellis bench ring",
                                    s.size())))
     return 1;
-  std::size_t lo = parse_size(o.min_size, "--min-size"), hi = parse_size(o.max_size, "--max-size");
-  if (lo == 0 || hi < lo || hi > (1ull << 30))
-    throw_error(ErrorCode::kInvalidArgument, "--min-size/--max-size: need 1 <= min <= max <= 1GiB (got {} and {})", lo, hi);
   int iters = o.iters > 0 ? o.iters : static_cast<int>(s.config.get_int("bench.iters"));
   int warmup = static_cast<int>(s.config.get_int("bench.warmup"));
   auto hosts = transport::allgather_strings(s.world(), s.world().hostname(), s.deadline());

@@ -52,6 +52,10 @@ class MpiBootstrap final : public Bootstrap {
     host_.assign(name, len);
   }
   ~MpiBootstrap() override {
+    // A harness that owns MPI may already have finalised it (static bootstraps in tests).
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
     MPI_Comm_free(&comm_);
     if (owns_mpi_) MPI_Finalize();
   }
