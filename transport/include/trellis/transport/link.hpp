@@ -33,6 +33,8 @@ enum class Backend { kShm, kUcx, kTcp, kMpi, kNccl };
 std::string_view to_string(Backend b);
 // Parses "shm", "ucx", "tcp", "mpi", "nccl"; throws kInvalidArgument listing the valid names.
 Backend parse_backend(std::string_view name);
+// Backends compiled into this build (nccl only in CUDA builds), in enum order.
+std::vector<Backend> built_backends();
 
 struct Capabilities {
   bool device_memory = false;  // may be given GPU pointers
@@ -61,12 +63,19 @@ class Transport {
   virtual Link& link(int peer) = 0;
   // Drives progress of every outstanding request (for backends that need it).
   virtual void progress() = 0;
+  // One line for logs: the backend and what it runs over ("ucx over tcp,posix; 3 peers").
+  virtual std::string describe() const { return std::string(to_string(backend())); }
 };
 
 // Connects this rank to `peers` (world ranks) with `backend`. Collective over the world:
 // every rank calls it with the same backend, each with its own peer list (symmetric: if A
 // lists B, B lists A). Addresses travel through the bootstrap; waits are bounded by the
 // settings comm.connect_timeout_ms and comm.deadline_ms from `config`.
+// Backend-specific settings: comm.shm.ring_bytes, comm.tcp.address, comm.tcp.max_frame,
+// comm.ucx.* (see transport/README.md). Throws kUnsupported for a backend not built here
+// (nccl without CUDA) or not usable with this world (mpi without an MPI bootstrap).
+// The Transport must outlive every Request it handed out. Threading: one thread at a
+// time per Transport (its links and requests included).
 std::unique_ptr<Transport> connect(Backend backend, Bootstrap& world, const std::vector<int>& peers,
                                    const Config& config);
 
