@@ -75,6 +75,7 @@ struct RecvOp {
   std::size_t received = 0;  // bytes that arrived (the message size once complete)
   bool complete = false;
   bool cancelled = false;    // the request was destroyed; drop what arrives for it
+  std::string error;         // set when the message could not be delivered (too large)
 };
 
 struct SendOp {
@@ -104,8 +105,10 @@ class TagMatcher {
   std::deque<UnexpectedMessage> unexpected_;
 };
 
-// A receive whose state lives in the backend (shm, tcp). test() runs `progress` of the
-// owning link, then reports completion or the link's failure.
+// Requests whose state lives in the backend (shm, tcp). LinkT provides drive() (progress of
+// the whole transport, so a rank waiting on one peer still feeds the others), check_failed
+// (throws naming the peer when the link broke), cancel(RecvOp&) and
+// finish_or_abandon(SendOp&).
 template <typename LinkT>
 class MatchedRecvRequest final : public LinkRequest {
  public:
@@ -115,8 +118,13 @@ class MatchedRecvRequest final : public LinkRequest {
     if (!op_->complete) link_.cancel(*op_);
   }
   bool test() override {
-    if (!op_->complete) link_.progress(*this);
-    if (!op_->complete) return false;
+    if (!op_->complete) link_.drive();
+    if (!op_->error.empty())
+      throw_scoped(ErrorScope::kRequest, ErrorCode::kCorruptInput, "{}: {}", describe(), op_->error);
+    if (!op_->complete) {
+      link_.check_failed(*this);
+      return false;
+    }
     done_bytes_ = op_->received;
     return true;
   }
@@ -132,11 +140,14 @@ class MatchedSendRequest final : public LinkRequest {
   MatchedSendRequest(LinkT& link, std::shared_ptr<SendOp> op, const OpInfo& info)
       : LinkRequest(info), link_(link), op_(std::move(op)) {}
   ~MatchedSendRequest() override {
-    if (!op_->complete) link_.finish_or_abandon(*op_, *this);
+    if (!op_->complete) link_.finish_or_abandon(*op_);
   }
   bool test() override {
-    if (!op_->complete) link_.progress(*this);
-    if (!op_->complete) return false;
+    if (!op_->complete) link_.drive();
+    if (!op_->complete) {
+      link_.check_failed(*this);
+      return false;
+    }
     done_bytes_ = op_->data.size();
     return true;
   }

@@ -1,0 +1,382 @@
+// The shm backend: same-host links through one POSIX shared-memory segment per rank pair
+// (two SPSC rings, see shm_ring.hpp). The lowest-latency path in a host: a small message is
+// one 64-byte record written by the sender and read by the receiver, no system call.
+//
+// Segment names carry the job token, so two jobs on one host never open each other's
+// segments; the segment is unlinked as soon as both sides mapped it, so a crash leaves
+// nothing behind in /dev/shm. A peer that dies is noticed by its pid (the rings cannot
+// report it) and turns waits on that link into kPeerFailed naming the rank.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <new>
+
+#include "src/links/common.hpp"
+#include "src/links/shm/shm_ring.hpp"
+#include "trellis/core/strings.hpp"
+
+namespace trellis::transport::links {
+namespace {
+
+using shm::align_up;
+using shm::kHeaderBytes;
+using shm::RecordHeader;
+using shm::RingControl;
+using shm::SegmentHeader;
+
+class Mapping {
+ public:
+  Mapping(void* addr, std::size_t len) : addr_(addr), len_(len) {}
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() { munmap(addr_, len_); }
+  std::byte* data() const { return static_cast<std::byte*>(addr_); }
+
+ private:
+  void* addr_;
+  std::size_t len_;
+};
+
+// kill(pid, 0) succeeds on a zombie, so the state letter in /proc decides.
+bool process_alive(std::int64_t pid) {
+  if (pid <= 0) return true;  // not published yet
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  auto paren = line.rfind(')');
+  return !(paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X'));
+}
+
+class ShmTransport;
+
+class ShmLink final : public Link {
+ public:
+  ShmLink(ShmTransport& t, int peer, std::unique_ptr<Mapping> map, bool lower, std::size_t ring_bytes)
+      : transport_(t), peer_(peer), map_(std::move(map)), lower_(lower), ring_bytes_(ring_bytes) {
+    hdr_ = reinterpret_cast<SegmentHeader*>(map_->data());
+    std::byte* rings = map_->data() + align_up(sizeof(SegmentHeader));
+    out_ = &hdr_->ring[lower ? 0 : 1];
+    in_ = &hdr_->ring[lower ? 1 : 0];
+    out_data_ = rings + (lower ? 0 : ring_bytes);
+    in_data_ = rings + (lower ? ring_bytes : 0);
+    head_ = out_->head.load(std::memory_order_relaxed);
+    tail_ = in_->tail.load(std::memory_order_relaxed);
+    max_chunk_ = ring_bytes / 4;
+  }
+
+  int peer() const override { return peer_; }
+  Backend backend() const override { return Backend::kShm; }
+
+  RequestPtr isend(std::span<const std::byte> data, std::uint32_t tag) override {
+    OpInfo info{OpKind::kSend, Backend::kShm, peer_, tag, data.size()};
+    throw_if_failed(info);
+    auto op = std::make_shared<SendOp>();
+    op->data = data;
+    op->tag = tag;
+    sends_.push_back(op);
+    push();
+    return std::make_unique<MatchedSendRequest<ShmLink>>(*this, std::move(op), info);
+  }
+
+  RequestPtr irecv(std::span<std::byte> data, std::uint32_t tag) override {
+    OpInfo info{OpKind::kRecv, Backend::kShm, peer_, tag, data.size()};
+    throw_if_failed(info);
+    auto op = std::make_shared<RecvOp>();
+    op->buffer = data;
+    op->tag = tag;
+    matcher_.post(op, info);
+    pull();
+    return std::make_unique<MatchedRecvRequest<ShmLink>>(*this, std::move(op), info);
+  }
+
+  void drive();
+  void progress_once() {
+    push();
+    pull();
+  }
+
+  void check_failed(const Request& r) {
+    if (failed_.empty()) {
+      auto now = Clock::now();
+      if (now - last_liveness_check_ < std::chrono::milliseconds(100)) return;
+      last_liveness_check_ = now;
+      auto pid = hdr_->pid[lower_ ? 1 : 0].load(std::memory_order_acquire);
+      if (process_alive(pid)) return;
+      progress_once();  // what it sent before dying is still in the ring
+      failed_ = fmt::format("rank {} (pid {}, same host) died", peer_, pid);
+    }
+    throw_scoped(ErrorScope::kLink, ErrorCode::kPeerFailed, "{}: {}", r.describe(), failed_);
+  }
+
+  void cancel(RecvOp& op) {
+    op.cancelled = true;  // if its message is arriving, the rest of it is dropped
+    matcher_.remove(&op);
+  }
+
+  void finish_or_abandon(SendOp& op) {
+    if (op.sent == 0 && !(front_started_ && sends_.front().get() == &op)) {
+      std::erase_if(sends_, [&](const auto& s) { return s.get() == &op; });
+      return;
+    }
+    // Half a message is in the ring: the rest must follow or the stream is garbage.
+    auto until = Clock::now() + std::chrono::seconds(1);
+    while (!op.complete && failed_.empty() && Clock::now() < until) drive();
+    if (!op.complete) {
+      std::erase_if(sends_, [&](const auto& s) { return s.get() == &op; });
+      if (failed_.empty()) failed_ = fmt::format("a send to rank {} was abandoned mid-message", peer_);
+    }
+  }
+
+ private:
+  void throw_if_failed(const OpInfo& info) const {
+    if (!failed_.empty())
+      throw_scoped(ErrorScope::kLink, ErrorCode::kPeerFailed, "{}: {}", describe_op(info), failed_);
+  }
+
+  // Writes as much of the queued sends as the ring takes.
+  void push() {
+    while (!sends_.empty()) {
+      SendOp& op = *sends_.front();
+      std::size_t used = head_ - tail_cache_;
+      if (ring_bytes_ - used < 2 * shm::kAlign) {
+        tail_cache_ = out_->tail.load(std::memory_order_acquire);
+        used = head_ - tail_cache_;
+      }
+      std::size_t free = ring_bytes_ - used, pos = head_ % ring_bytes_, to_end = ring_bytes_ - pos;
+      if (free < shm::kAlign) return;  // full: the receiver has not caught up
+      std::size_t remaining = op.data.size() - op.sent;
+      std::size_t chunk = std::min<std::size_t>({remaining, max_chunk_, to_end - kHeaderBytes, free - kHeaderBytes});
+      auto* h = reinterpret_cast<RecordHeader*>(out_data_ + pos);
+      h->total = op.data.size();
+      h->tag = op.tag;
+      h->len = static_cast<std::uint32_t>(chunk);
+      if (chunk) std::memcpy(out_data_ + pos + kHeaderBytes, op.data.data() + op.sent, chunk);
+      head_ += align_up(kHeaderBytes + chunk);
+      out_->head.store(head_, std::memory_order_release);
+      op.sent += chunk;
+      front_started_ = true;
+      if (op.sent == op.data.size()) {
+        op.complete = true;
+        front_started_ = false;
+        sends_.pop_front();
+      }
+    }
+  }
+
+  // Reads every record the peer has published.
+  void pull() {
+    std::uint64_t head = in_->head.load(std::memory_order_acquire);
+    while (tail_ != head) {
+      std::size_t pos = tail_ % ring_bytes_;
+      const auto* h = reinterpret_cast<const RecordHeader*>(in_data_ + pos);
+      if (!cur_.active) start_message(h->tag, h->total);
+      deliver(in_data_ + pos + kHeaderBytes, h->len);
+      tail_ += align_up(kHeaderBytes + h->len);
+      in_->tail.store(tail_, std::memory_order_release);
+    }
+  }
+
+  void start_message(std::uint32_t tag, std::uint64_t total) {
+    cur_ = Incoming{};
+    cur_.active = true;
+    cur_.tag = tag;
+    cur_.total = total;
+    cur_.dest = matcher_.match(tag);
+    if (cur_.dest && total > cur_.dest->buffer.size()) {
+      cur_.dest->error = fmt::format("rank {} sent {} bytes, more than the {}-byte buffer holds", peer_, total,
+                                     cur_.dest->buffer.size());
+      cur_.dest.reset();
+      cur_.discard = true;
+    } else if (!cur_.dest) {
+      cur_.unexpected.resize(total);
+    }
+  }
+
+  void deliver(const std::byte* p, std::size_t len) {
+    if (cur_.dest) {
+      if (!cur_.dest->cancelled) std::memcpy(cur_.dest->buffer.data() + cur_.got, p, len);
+    } else if (!cur_.discard) {
+      std::memcpy(cur_.unexpected.data() + cur_.got, p, len);
+    }
+    cur_.got += len;
+    if (cur_.got < cur_.total) return;
+    cur_.active = false;
+    if (cur_.dest) {
+      cur_.dest->received = cur_.total;
+      cur_.dest->complete = true;
+    } else if (!cur_.discard) {
+      // A receive may have been posted while this message was arriving.
+      if (auto late = matcher_.match(cur_.tag)) {
+        deliver_late(*late);
+      } else {
+        matcher_.add_unexpected({cur_.tag, std::move(cur_.unexpected)});
+      }
+    }
+    cur_.dest.reset();
+  }
+
+  void deliver_late(RecvOp& op) {
+    if (cur_.total > op.buffer.size()) {
+      op.error = fmt::format("rank {} sent {} bytes, more than the {}-byte buffer holds", peer_, cur_.total,
+                             op.buffer.size());
+      return;
+    }
+    std::memcpy(op.buffer.data(), cur_.unexpected.data(), cur_.total);
+    op.received = cur_.total;
+    op.complete = true;
+  }
+
+  struct Incoming {
+    bool active = false;
+    bool discard = false;
+    std::uint32_t tag = 0;
+    std::uint64_t total = 0, got = 0;
+    std::shared_ptr<RecvOp> dest;
+    std::vector<std::byte> unexpected;
+  };
+
+  ShmTransport& transport_;
+  int peer_;
+  std::unique_ptr<Mapping> map_;
+  bool lower_;
+  std::size_t ring_bytes_, max_chunk_ = 0;
+  SegmentHeader* hdr_ = nullptr;
+  RingControl* out_ = nullptr;
+  RingControl* in_ = nullptr;
+  std::byte* out_data_ = nullptr;
+  std::byte* in_data_ = nullptr;
+  std::uint64_t head_ = 0, tail_cache_ = 0, tail_ = 0;
+  std::deque<std::shared_ptr<SendOp>> sends_;
+  bool front_started_ = false;
+  TagMatcher matcher_;
+  Incoming cur_;
+  std::string failed_;
+  Clock::time_point last_liveness_check_ = Clock::now();
+};
+
+class ShmTransport final : public Transport {
+ public:
+  Backend backend() const override { return Backend::kShm; }
+  Capabilities capabilities() const override { return {false, true, false, 0}; }
+  Link& link(int peer) override {
+    auto it = links_.find(peer);
+    if (it == links_.end())
+      throw_error(ErrorCode::kInvalidArgument, "shm transport has no link to rank {} (not in its peer list)", peer);
+    return *it->second;
+  }
+  void progress() override {
+    for (auto& [peer, l] : links_) l->progress_once();
+  }
+  std::string describe() const override {
+    return fmt::format("shm ({} peers, {} ring per direction)", links_.size(), format_bytes(static_cast<double>(ring_bytes_)));
+  }
+
+  void add(int peer, std::unique_ptr<Mapping> map, bool lower) {
+    links_.emplace(peer, std::make_unique<ShmLink>(*this, peer, std::move(map), lower, ring_bytes_));
+  }
+  std::size_t ring_bytes_ = 0;
+
+ private:
+  std::map<int, std::unique_ptr<ShmLink>> links_;
+};
+
+void ShmLink::drive() { transport_.progress(); }
+
+std::string segment_name(const std::string& token, int lo, int hi) {
+  return fmt::format("/trellis-{}-{}-{}", token.substr(0, 24), lo, hi);
+}
+
+std::unique_ptr<Mapping> map_segment(const std::string& name, bool create, std::size_t ring_bytes) {
+  int fd = shm_open(name.c_str(), create ? (O_CREAT | O_EXCL | O_RDWR) : O_RDWR, 0600);
+  if (fd < 0) throw_error(ErrorCode::kIo, "shm_open({}) failed: {}", name, std::strerror(errno));
+  std::size_t bytes = shm::segment_bytes(ring_bytes);
+  if (create && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int err = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    throw_error(ErrorCode::kIo, "sizing shared-memory segment {} to {} failed: {}", name, bytes, std::strerror(err));
+  }
+  void* addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (addr == MAP_FAILED) throw_error(ErrorCode::kIo, "mmap of {} failed: {}", name, std::strerror(err));
+  auto map = std::make_unique<Mapping>(addr, bytes);
+  auto* hdr = reinterpret_cast<SegmentHeader*>(addr);
+  if (create) {
+    new (hdr) SegmentHeader{};
+    hdr->magic = shm::kMagic;
+    hdr->ring_bytes = ring_bytes;
+    hdr->pid[0].store(getpid(), std::memory_order_release);
+  } else {
+    if (hdr->magic != shm::kMagic || hdr->ring_bytes != ring_bytes)
+      throw_error(ErrorCode::kCorruptInput, "shared-memory segment {} has the wrong layout", name);
+    hdr->pid[1].store(getpid(), std::memory_order_release);
+  }
+  return map;
+}
+
+std::string host_identity(const Bootstrap& world) {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  std::getline(f, boot);
+  return world.hostname() + "/" + boot;
+}
+
+// Runs one setup phase on every rank, then agrees: if any rank failed, all throw.
+template <typename Fn>
+void agreed_phase(Bootstrap& world, Deadline d, const char* what, Fn&& fn) {
+  std::string error;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (world.any(!error.empty(), d)) {
+    if (error.empty()) throw_error(ErrorCode::kPeerFailed, "shm {}: another rank failed (see its log)", what);
+    throw_error(ErrorCode::kIo, "shm {} on rank {}: {}", what, world.rank(), error);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> connect_shm(Bootstrap& world, const std::vector<int>& peers, const Config& config) {
+  auto d = Deadline::after(LinkSettings::from(config).connect_timeout);
+  std::size_t ring = config.get_size("comm.shm.ring_bytes");
+  if (ring < (64u << 10) || ring > (1ull << 30) || ring % shm::kAlign != 0)
+    throw_error(ErrorCode::kInvalidArgument, "comm.shm.ring_bytes = {}: need 64 KiB .. 1 GiB, a multiple of 64", ring);
+  auto hosts = allgather_strings(world, host_identity(world), d);
+  std::string wrong;
+  for (int p : peers)
+    if (hosts[p] != hosts[world.rank()])
+      wrong = fmt::format("rank {} runs on {}, rank {} on {}", p, hosts[p], world.rank(), hosts[world.rank()]);
+  if (world.any(!wrong.empty(), d))
+    throw_error(ErrorCode::kInvalidArgument, "shm links join ranks of one host only{}{}", wrong.empty() ? "" : ": ", wrong);
+  auto token = job_token(world, d);
+  auto t = std::make_unique<ShmTransport>();
+  t->ring_bytes_ = ring;
+  const int me = world.rank();
+  agreed_phase(world, d, "create", [&] {
+    for (int p : peers)
+      if (p > me) t->add(p, map_segment(segment_name(token, me, p), true, ring), true);
+  });
+  agreed_phase(world, d, "attach", [&] {
+    for (int p : peers)
+      if (p < me) {
+        auto name = segment_name(token, p, me);
+        t->add(p, map_segment(name, false, ring), false);
+        shm_unlink(name.c_str());  // both sides mapped it; nothing to clean up after a crash
+      }
+  });
+  return t;
+}
+
+}  // namespace trellis::transport::links
