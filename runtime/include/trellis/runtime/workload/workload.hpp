@@ -1,0 +1,56 @@
+// Workloads: the list of requests for one run, read from a prompts file (JSONL) or made from
+// a synthetic spec, plus the built-in byte-level tokenizer for text prompts.
+//
+// Prompts file: one JSON object per line (blank lines and lines starting with '#' skipped):
+//   {"id": "q1", "tokens": [1, 2, 3], "sampling": {"temperature": 0.7, "top_k": 40,
+//    "top_p": 0.9, "min_p": 0.05, "greedy": false, "seed": 7, "frequency_penalty": 0.1,
+//    "presence_penalty": 0.0, "repetition_penalty": 1.1, "max_tokens": 32, "stop": [2]}}
+//   {"text": "Once upon a time", "sampling": {"greedy": true, "max_tokens": 8}}
+// Exactly one of "tokens" / "text". A line that is not a JSON object, lacks a prompt, or
+// has an empty or non-integer token list makes the whole file invalid: kInvalidArgument
+// naming the file and line. A bad sampling setting (unknown key, wrong type, out of range)
+// only fails that request: Request::error says why and the other requests run.
+//
+// Synthetic spec: "n=256,in=128,out=128[,seed=S][,vocab=V]": n requests, each with `in`
+// random prompt tokens (seeded, uniform below the vocabulary) and exactly `out` greedy new
+// tokens (no stop ids), like the fixed-length workloads of SiPipe §7.
+#pragma once
+
+#include <cstdint>
+#include <istream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trellis/runtime/workload/request.hpp"
+
+namespace trellis::runtime {
+
+// Byte-level tokenizer: token id = byte value (0..255). Works with any model whose
+// vocabulary has at least 256 entries; ids >= 256 decode as "<id>".
+struct ByteTokenizer {
+  static constexpr int kVocab = 256;
+  static std::vector<std::int32_t> encode(std::string_view text);
+  static std::string decode(const std::vector<std::int32_t>& ids);
+};
+
+struct Workload {
+  std::vector<Request> requests;
+  std::string source;  // "prompts.jsonl" or "synthetic n=..,in=..,out=.."
+};
+
+// Reads a prompts file. `vocab_size` (> 0) also checks token and stop ids against the model.
+Workload read_prompts(const std::string& path, int vocab_size);
+// Same, from a stream; `name` is used in messages.
+Workload parse_prompts(std::istream& in, std::string_view name, int vocab_size);
+
+struct SyntheticSpec {
+  int n = 0, in = 0, out = 0;
+  std::uint64_t seed = 1;
+  int vocab = 0;  // 0: the model's
+};
+// Parses the spec text; kInvalidArgument naming `what` (the flag) and the bad field.
+SyntheticSpec parse_synthetic_spec(std::string_view text, std::string_view what);
+Workload make_synthetic(const SyntheticSpec& spec, int vocab_size);
+
+}  // namespace trellis::runtime

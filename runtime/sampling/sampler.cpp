@@ -1,0 +1,263 @@
+#include "trellis/runtime/sampling/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "trellis/core/error.hpp"
+
+namespace trellis::runtime {
+
+LogitsColumns::LogitsColumns(int vocab, int max_columns)
+    : vocab_(vocab), max_columns_(max_columns),
+      data_(static_cast<std::size_t>(vocab) * static_cast<std::size_t>(max_columns)) {}
+
+void LogitsColumns::set_batch(int batch) {
+  if (batch < 1 || batch > max_columns_)
+    throw_error(ErrorCode::kInvalidArgument, "logits batch {} outside [1, {}]", batch, max_columns_);
+  batch_ = batch;
+}
+
+std::span<float> LogitsColumns::shard(int v_begin, int v_end) {
+  if (v_begin < 0 || v_end > vocab_ || v_begin >= v_end)
+    throw_error(ErrorCode::kInvalidArgument, "logits shard [{}, {}) outside the vocabulary of {}", v_begin,
+                v_end, vocab_);
+  auto b = static_cast<std::size_t>(batch_);
+  return {data_.data() + static_cast<std::size_t>(v_begin) * b, static_cast<std::size_t>(v_end - v_begin) * b};
+}
+
+void transpose_to_columns(const float* rows, int batch, int vocab_shard, float* cols) {
+  // Blocked so both sides stay in cache for large vocabularies.
+  constexpr int kBlock = 64;
+  for (int v0 = 0; v0 < vocab_shard; v0 += kBlock) {
+    int v1 = std::min(vocab_shard, v0 + kBlock);
+    for (int b = 0; b < batch; ++b) {
+      const float* r = rows + static_cast<std::size_t>(b) * static_cast<std::size_t>(vocab_shard);
+      for (int v = v0; v < v1; ++v) cols[static_cast<std::size_t>(v) * static_cast<std::size_t>(batch) + static_cast<std::size_t>(b)] = r[v];
+    }
+  }
+}
+
+double sampling_uniform(std::uint64_t seed, std::uint64_t step) {
+  // splitmix64 of (seed, step): a counter-based generator, so no state travels with the request.
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (step + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+PenaltyState::PenaltyState(int vocab, int max_columns)
+    : vocab_(vocab), max_columns_(max_columns),
+      counts_(static_cast<std::size_t>(vocab) * static_cast<std::size_t>(max_columns)),
+      seen_(counts_.size()), cols_(static_cast<std::size_t>(max_columns)) {}
+
+void PenaltyState::clear(int col) {
+  auto& c = cols_[static_cast<std::size_t>(col)];
+  for (auto t : c.touched) {
+    counts_[at(t, col)] = 0;
+    seen_[at(t, col)] = 0;
+  }
+  c.touched.clear();
+  c.step = 0;
+}
+
+void PenaltyState::bind(int col, const SamplingParams& params, std::span<const std::int32_t> prompt) {
+  if (col < 0 || col >= max_columns_)
+    throw_error(ErrorCode::kInvalidArgument, "sampler column {} outside [0, {})", col, max_columns_);
+  clear(col);
+  auto& c = cols_[static_cast<std::size_t>(col)];
+  c.bound = true;
+  c.params = params;
+  // Only the repetition penalty looks at the prompt; skip the marks when it is off.
+  if (params.repetition_penalty != 1.0f) {
+    for (auto t : prompt) {
+      if (t < 0 || t >= vocab_) continue;
+      if (!seen_[at(t, col)]) {
+        seen_[at(t, col)] = 1;
+        c.touched.push_back(t);
+      }
+    }
+  }
+}
+
+void PenaltyState::release(int col) {
+  clear(col);
+  cols_[static_cast<std::size_t>(col)].bound = false;
+}
+
+void PenaltyState::append(int col, std::int32_t t) {
+  auto& c = cols_[static_cast<std::size_t>(col)];
+  ++c.step;
+  if (!c.params.has_penalties() || t < 0 || t >= vocab_) return;
+  auto i = at(t, col);
+  if (!seen_[i] && counts_[i] == 0) c.touched.push_back(t);
+  seen_[i] = 1;
+  ++counts_[i];
+}
+
+void PenaltyState::apply_penalties(int col, float* zt, int batch) const {
+  const auto& c = cols_[static_cast<std::size_t>(col)];
+  if (!c.params.has_penalties()) return;
+  const float r = c.params.repetition_penalty, fp = c.params.frequency_penalty, pp = c.params.presence_penalty;
+  for (auto t : c.touched) {
+    auto i = at(t, col);
+    float& z = zt[static_cast<std::size_t>(t) * static_cast<std::size_t>(batch) + static_cast<std::size_t>(col)];
+    if (seen_[i] && r != 1.0f) z = z > 0 ? z / r : z * r;
+    if (counts_[i] > 0) {
+      z -= fp * static_cast<float>(counts_[i]);
+      z -= pp;
+    }
+  }
+}
+
+std::int32_t sample_token(std::span<const float> z, const SamplingParams& p, double u,
+                          std::vector<std::int32_t>& idx) {
+  const int V = static_cast<int>(z.size());
+  if (p.is_greedy()) {
+    int best = 0;
+    for (int v = 1; v < V; ++v)
+      if (z[static_cast<std::size_t>(v)] > z[static_cast<std::size_t>(best)]) best = v;
+    return best;
+  }
+  // Temperature is a positive scale, so the order of z/T equals the order of z; only the
+  // surviving candidates are divided.
+  auto before = [&](std::int32_t a, std::int32_t b) {
+    float za = z[static_cast<std::size_t>(a)], zb = z[static_cast<std::size_t>(b)];
+    return za > zb || (za == zb && a < b);
+  };
+  idx.resize(static_cast<std::size_t>(V));
+  for (int v = 0; v < V; ++v) idx[static_cast<std::size_t>(v)] = v;
+  int n = V;
+  if (p.top_k > 0 && p.top_k < V) {
+    n = p.top_k;
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), before);
+  } else {
+    std::sort(idx.begin(), idx.end(), before);
+  }
+  const float T = p.temperature;
+  const float m = z[static_cast<std::size_t>(idx[0])] / T;
+  double total = 0;
+  for (int i = 0; i < n; ++i) total += std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / T - m));
+  int keep = n;
+  if (p.top_p < 1.0f) {
+    double cum = 0, need = static_cast<double>(p.top_p) * total;
+    for (int i = 0; i < n; ++i) {
+      cum += std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / T - m));
+      if (cum >= need) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    int k = 1;
+    while (k < keep && std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(k)])] / T - m)) >= static_cast<double>(p.min_p)) ++k;
+    keep = k;
+  }
+  double kept = 0;
+  for (int i = 0; i < keep; ++i) kept += std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / T - m));
+  double target = u * kept, cum = 0;
+  for (int i = 0; i < keep; ++i) {
+    cum += std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / T - m));
+    if (cum > target) return idx[static_cast<std::size_t>(i)];
+  }
+  return idx[static_cast<std::size_t>(keep - 1)];
+}
+
+Sampler::Sampler(int vocab, int max_columns, int threads) : vocab_(vocab) {
+  (void)max_columns;
+  column_scratch_.resize(static_cast<std::size_t>(threads) + 1, std::vector<float>(static_cast<std::size_t>(vocab)));
+  index_scratch_.resize(static_cast<std::size_t>(threads) + 1);
+  for (auto& s : index_scratch_) s.reserve(static_cast<std::size_t>(vocab));
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+Sampler::~Sampler() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_work_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void Sampler::worker_loop(int index) {
+  std::uint64_t seen = 0;
+  for (;;) {
+    std::function<void(int)> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_work_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+    }
+    job(index + 1);
+    {
+      std::lock_guard lock(mu_);
+      if (--pending_ == 0) cv_done_.notify_all();
+    }
+  }
+}
+
+void Sampler::sample_range(float* zt, int batch, PenaltyState& state, std::int32_t* out, int c0, int c1,
+                           int worker) {
+  if (c0 >= c1) return;
+  const auto B = static_cast<std::size_t>(batch);
+  for (int c = c0; c < c1; ++c) state.apply_penalties(c, zt, batch);
+  // Greedy columns: one row-wise pass over Z^T computes every column's arg-max at once,
+  // reading each row's slice of this range contiguously (the column-wise layout's win).
+  bool any_greedy = false;
+  for (int c = c0; c < c1; ++c) any_greedy = any_greedy || state.params(c).is_greedy();
+  if (any_greedy) {
+    for (int c = c0; c < c1; ++c) out[c] = 0;
+    for (int v = 1; v < vocab_; ++v) {
+      const float* row = zt + static_cast<std::size_t>(v) * B;
+      for (int c = c0; c < c1; ++c)
+        if (row[c] > zt[static_cast<std::size_t>(out[c]) * B + static_cast<std::size_t>(c)]) out[c] = v;
+    }
+  }
+  auto& col = column_scratch_[static_cast<std::size_t>(worker)];
+  for (int c = c0; c < c1; ++c) {
+    const auto& p = state.params(c);
+    if (p.is_greedy()) continue;
+    for (int v = 0; v < vocab_; ++v) col[static_cast<std::size_t>(v)] = zt[static_cast<std::size_t>(v) * B + static_cast<std::size_t>(c)];
+    out[c] = sample_token(col, p, sampling_uniform(p.seed, state.step(c)), index_scratch_[static_cast<std::size_t>(worker)]);
+  }
+  for (int c = c0; c < c1; ++c) state.append(c, out[c]);
+}
+
+void Sampler::sample(float* zt, int batch, PenaltyState& state, std::span<std::int32_t> out) {
+  if (static_cast<int>(out.size()) < batch || batch > state.max_columns())
+    throw_error(ErrorCode::kInvalidArgument, "sampler: batch {} does not fit output {} / columns {}", batch,
+                out.size(), state.max_columns());
+  if (state.vocab() != vocab_)
+    throw_error(ErrorCode::kInvalidArgument, "sampler vocab {} != penalty state vocab {}", vocab_, state.vocab());
+  for (int c = 0; c < batch; ++c)
+    if (!state.bound(c)) throw_error(ErrorCode::kInternal, "sampler column {} has no sequence bound", c);
+  const int parts = std::min(batch, threads() + 1);
+  auto range = [batch, parts](int k) { return std::pair{batch * k / parts, batch * (k + 1) / parts}; };
+  if (parts <= 1) {
+    sample_range(zt, batch, state, out.data(), 0, batch, 0);
+    return;
+  }
+  // PenaltyState columns are disjoint per range, so workers never touch the same entries.
+  {
+    std::lock_guard lock(mu_);
+    job_ = [&, range](int w) {
+      if (w < parts) {
+        auto [a, b] = range(w);
+        sample_range(zt, batch, state, out.data(), a, b, w);
+      }
+    };
+    pending_ = threads();
+    ++generation_;
+  }
+  cv_work_.notify_all();
+  auto [a, b] = range(0);
+  sample_range(zt, batch, state, out.data(), a, b, 0);
+  std::unique_lock lock(mu_);
+  cv_done_.wait(lock, [&] { return pending_ == 0; });
+}
+
+}  // namespace trellis::runtime
