@@ -1,0 +1,271 @@
+// Multi-rank tests of every collective algorithm (shm one-/two-shot and in pieces, ring,
+// recursive doubling, hierarchical over emulated hosts, mpi) and both dtypes against a
+// reference sum: exact for integer-valued inputs, within f32 rounding of the MPI group for
+// random inputs, and bit-identical across ranks. Odd sizes, 0 and 1 elements, broadcast
+// from every root, all-gather, async overlapped with work, subgroups, a missing member.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "trellis/core/config.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/transport/bootstrap.hpp"
+#include "trellis/transport/collectives.hpp"
+#include "trellis/transport/dtype.hpp"
+
+namespace trellis::transport {
+namespace {
+
+Bootstrap& world() {
+  static auto w = make_mpi_bootstrap();
+  return *w;
+}
+Deadline soon() { return Deadline::after_ms(30000); }
+
+std::vector<int> everyone() {
+  std::vector<int> m(static_cast<std::size_t>(world().size()));
+  std::iota(m.begin(), m.end(), 0);
+  return m;
+}
+
+struct Case {
+  const char* name;
+  Algorithm algorithm;
+  std::size_t slot = 1 << 20, one_shot = 32 << 10, doubling = 64 << 10;
+  bool two_hosts = false;  // emulate hosts: ranks {0..n/2-1} and {n/2..n-1}
+  bool uneven_hosts = false;  // rank 0 alone on its host
+};
+
+const Case kCases[] = {
+    {"shm", Algorithm::kShm},
+    {"shm_one_shot", Algorithm::kShm, 1 << 20, std::size_t{1} << 30},
+    {"shm_two_shot", Algorithm::kShm, 1 << 20, 0},
+    {"shm_pieces", Algorithm::kShm, 4096, 1024},
+    {"ring", Algorithm::kRing, 1 << 20, 0, 0},
+    {"ring_doubling", Algorithm::kRing, 1 << 20, 0, std::size_t{1} << 30},
+    {"hierarchical", Algorithm::kHierarchical, 8192, 2048, 4096, true},
+    {"hierarchical_uneven", Algorithm::kHierarchical, 8192, 2048, 4096, false, true},
+    {"auto", Algorithm::kAuto},
+    {"mpi", Algorithm::kMpi},
+};
+
+class Collectives : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    const Case& c = GetParam();
+    config_.set("comm.deadline_ms", "30000", SettingSource::kDefault);
+    GroupOptions o;
+    o.algorithm = c.algorithm;
+    o.cross_host = Backend::kMpi;  // the link every build has; the bench covers ucx
+    o.shm_slot_bytes = c.slot;
+    o.one_shot_max_bytes = c.one_shot;
+    o.doubling_max_bytes = c.doubling;
+    o.deadline = Millis(30000);
+    std::vector<int> hosts(static_cast<std::size_t>(world().size()), 0);
+    for (int r = 0; r < world().size(); ++r) {
+      if (c.two_hosts) hosts[r] = r < world().size() / 2 ? 0 : 1;
+      if (c.uneven_hosts) hosts[r] = r == 0 ? 0 : 1;
+    }
+    group_ = make_group(world(), everyone(), o, config_, hosts);
+    ASSERT_NE(group_, nullptr);
+  }
+  void TearDown() override {
+    if (group_) group_->barrier();
+    group_.reset();
+  }
+  int rank() const { return world().rank(); }
+  int size() const { return world().size(); }
+
+  Config config_;
+  std::unique_ptr<Group> group_;
+};
+
+// Small integers: every partial sum is exact in f32 and bf16, so any order gives the reference.
+float int_value(std::size_t i, int rank) { return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 17) - 8); }
+
+const std::size_t kSizes[] = {0, 1, 2, 3, 7, 17, 1000, 4097, 65537, 300001};
+
+TEST_P(Collectives, AllReduceF32MatchesReferenceSum) {
+  for (std::size_t n : kSizes) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = int_value(i, rank());
+    group_->all_reduce(v.data(), n, DType::kF32);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      float want = 0;
+      for (int r = 0; r < size(); ++r) want += int_value(i, r);
+      bad += v[i] != want;
+    }
+    EXPECT_EQ(bad, 0u) << "n=" << n << " algorithm " << group_->describe();
+  }
+}
+
+TEST_P(Collectives, AllReduceBF16MatchesReferenceSum) {
+  for (std::size_t n : kSizes) {
+    std::vector<std::uint16_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = f32_to_bf16_bits(int_value(i, rank()));
+    group_->all_reduce(v.data(), n, DType::kBF16);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      float want = 0;
+      for (int r = 0; r < size(); ++r) want += int_value(i, r);
+      bad += bf16_bits_to_f32(v[i]) != want;
+    }
+    EXPECT_EQ(bad, 0u) << "n=" << n;
+  }
+}
+
+// bf16 is accumulated in f32 and rounded once: 1 + 2^-9 + 2^-9 (+ ...) rounds up in f32
+// summation where rounding after every addition would keep 1.0.
+TEST_P(Collectives, BF16IsRoundedOnce) {
+  const float tiny = std::ldexp(1.0f, -9);  // half an ulp of bf16 at 1.0
+  std::vector<std::uint16_t> v(33, f32_to_bf16_bits(rank() == 0 ? 1.0f : tiny));
+  group_->all_reduce(v.data(), v.size(), DType::kBF16);
+  float want = bf16_bits_to_f32(f32_to_bf16_bits(1.0f + tiny * static_cast<float>(size() - 1)));
+  for (auto b : v) ASSERT_EQ(bf16_bits_to_f32(b), want);
+}
+
+TEST_P(Collectives, RandomF32AgreesWithMpiAndAcrossRanks) {
+  auto mpi = make_mpi_group(world(), everyone(), Millis(30000));
+  for (std::size_t n : {5u, 3000u, 70001u}) {
+    std::mt19937 rng(1234u + static_cast<unsigned>(rank()));
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    std::vector<float> a(n), b(n);
+    for (auto& x : a) x = d(rng);
+    b = a;
+    group_->all_reduce(a.data(), n, DType::kF32);
+    mpi->all_reduce(b.data(), n, DType::kF32);
+    std::size_t far = 0;
+    for (std::size_t i = 0; i < n; ++i) far += std::fabs(a[i] - b[i]) > 1e-5f * static_cast<float>(size());
+    EXPECT_EQ(far, 0u) << "n=" << n;
+    // Every rank must hold the same bits (a TP layer would diverge otherwise).
+    std::vector<float> gathered(n * static_cast<std::size_t>(size()));
+    mpi->all_gather(a.data(), gathered.data(), n * sizeof(float));
+    for (int r = 0; r < size(); ++r)
+      EXPECT_EQ(std::memcmp(gathered.data() + n * static_cast<std::size_t>(r), a.data(), n * sizeof(float)), 0)
+          << "rank " << r << " differs, n=" << n;
+  }
+}
+
+TEST_P(Collectives, BroadcastFromEveryRoot) {
+  for (std::size_t bytes : {1u, 3u, 4096u, 10001u, 70001u}) {
+    for (int root = 0; root < size(); ++root) {
+      std::vector<std::uint8_t> v(bytes);
+      for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<std::uint8_t>(rank() == root ? (i * 31 + root) : 0xEE);
+      group_->broadcast(v.data(), bytes, root);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < bytes; ++i) bad += v[i] != static_cast<std::uint8_t>(i * 31 + root);
+      EXPECT_EQ(bad, 0u) << "bytes=" << bytes << " root=" << root;
+    }
+  }
+}
+
+TEST_P(Collectives, AllGatherInGroupOrder) {
+  for (std::size_t bytes : {1u, 5u, 4096u, 9001u}) {
+    std::vector<std::uint8_t> in(bytes), out(bytes * static_cast<std::size_t>(size()), 0xEE);
+    for (std::size_t i = 0; i < bytes; ++i) in[i] = static_cast<std::uint8_t>(i + 41 * rank());
+    group_->all_gather(in.data(), out.data(), bytes);
+    std::size_t bad = 0;
+    for (int r = 0; r < size(); ++r)
+      for (std::size_t i = 0; i < bytes; ++i) bad += out[r * bytes + i] != static_cast<std::uint8_t>(i + 41 * r);
+    EXPECT_EQ(bad, 0u) << "bytes=" << bytes;
+  }
+}
+
+// The Ladder Residual pattern: start the reduction, compute, then wait; and a second
+// reduction issued while the first is still in flight.
+TEST_P(Collectives, AsyncOverlapsWithWork) {
+  const std::size_t n = 50001;
+  std::vector<float> a(n), b(n);
+  for (std::size_t i = 0; i < n; ++i) a[i] = b[i] = int_value(i, rank());
+  auto ra = group_->all_reduce_async(a.data(), n, DType::kF32);
+  double work = 0;
+  for (int k = 0; k < 200000; ++k) {
+    work += std::sqrt(static_cast<double>(k));
+    if (k % 5000 == 0) ra->test();
+  }
+  auto rb = group_->all_reduce_async(b.data(), n, DType::kF32);
+  rb->wait(soon());
+  ra->wait(soon());
+  EXPECT_GT(work, 0);
+  for (std::size_t i = 0; i < n; i += 97) {
+    float want = 0;
+    for (int r = 0; r < size(); ++r) want += int_value(i, r);
+    ASSERT_EQ(a[i], want) << i;
+    ASSERT_EQ(b[i], want) << i;
+  }
+}
+
+TEST_P(Collectives, ManyBackToBackOperationsStayInStep) {
+  std::vector<float> v(33);
+  for (int k = 0; k < 300; ++k) {
+    std::fill(v.begin(), v.end(), static_cast<float>(rank() + k));
+    group_->all_reduce(v.data(), v.size(), DType::kF32);
+    float want = static_cast<float>(size() * k + size() * (size() - 1) / 2);
+    ASSERT_EQ(v[k % v.size()], want) << "iteration " << k;
+    if (k % 50 == 0) group_->barrier();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, Collectives, testing::ValuesIn(kCases),
+                         [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+TEST(CollectivesFactory, AutoPicksShmInHostAndRingAcrossHosts) {
+  Config config;
+  GroupOptions o;
+  o.cross_host = Backend::kMpi;
+  auto g = make_group(world(), everyone(), o, config);
+  EXPECT_EQ(g->describe(), "shm");
+  std::vector<int> one_per_host(static_cast<std::size_t>(world().size()));
+  std::iota(one_per_host.begin(), one_per_host.end(), 0);
+  auto ring = make_group(world(), everyone(), o, config, one_per_host);
+  EXPECT_EQ(ring->describe(), "ring");
+  o.algorithm = Algorithm::kShm;
+  EXPECT_THROW(make_group(world(), everyone(), o, config, one_per_host), Error);
+}
+
+TEST(CollectivesFactory, SubgroupsAndNonMembers) {
+  if (world().size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  Config config;
+  GroupOptions o;
+  auto g = make_group(world(), {2, 0}, o, config);
+  const int me = world().rank();
+  if (me != 0 && me != 2) {
+    EXPECT_EQ(g, nullptr);
+    return;
+  }
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->rank(), me == 2 ? 0 : 1);
+  std::vector<float> v(100, static_cast<float>(me));
+  g->all_reduce(v.data(), v.size(), DType::kF32);
+  EXPECT_EQ(v[99], 2.0f);
+}
+
+// A member that never arrives is named by the others within the group's deadline.
+TEST(CollectivesFactory, MissingMemberIsNamedWithinDeadline) {
+  Config config;
+  GroupOptions o;
+  o.algorithm = Algorithm::kShm;
+  o.deadline = Millis(300);
+  auto g = make_group(world(), everyone(), o, config);
+  const int absent = world().size() - 1;
+  if (world().rank() != absent) {
+    std::vector<float> v(1000, 1.0f);
+    auto t0 = Clock::now();
+    try {
+      g->all_reduce(v.data(), v.size(), DType::kF32);
+      ADD_FAILURE() << "all-reduce completed without rank " << absent;
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kPeerFailed) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::to_string(absent)), std::string::npos) << e.what();
+    }
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+  }
+  world().barrier(soon());
+}
+
+}  // namespace
+}  // namespace trellis::transport

@@ -1,0 +1,51 @@
+// Shared pieces of the collective algorithms: the reduction kernel, the asynchronous Group
+// interface the composite algorithms (hierarchical) build on, and sequences of requests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trellis/transport/collectives.hpp"
+#include "trellis/transport/group.hpp"
+#include "trellis/transport/request.hpp"
+
+namespace trellis::transport::detail {
+
+// dst[i] = srcs[0][i] + srcs[1][i] + ... (in that order), accumulated in f32; bf16 inputs and
+// output are bf16 bits, rounded once. dst may alias any source.
+void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::size_t count);
+
+// A Group whose every operation also exists in a non-blocking form, so that composite
+// algorithms can chain them into one request.
+class AsyncGroup : public Group {
+ public:
+  virtual RequestPtr broadcast_async(void* data, std::size_t bytes, int root) = 0;
+  virtual RequestPtr all_gather_async(const void* in, void* out, std::size_t bytes) = 0;
+
+  void broadcast(void* data, std::size_t bytes, int root) override {
+    broadcast_async(data, bytes, root)->wait(Deadline::after(deadline()));
+  }
+  void all_gather(const void* in, void* out, std::size_t bytes) override {
+    all_gather_async(in, out, bytes)->wait(Deadline::after(deadline()));
+  }
+  void all_reduce(void* data, std::size_t count, DType dtype) override {
+    all_reduce_async(data, count, dtype)->wait(Deadline::after(deadline()));
+  }
+  virtual Millis deadline() const = 0;
+};
+
+// Runs phases one after another: each phase is started (called) once the previous request
+// completed and returns the request of that phase (nullptr: nothing to wait for). `finish`
+// runs once after the last phase.
+using Phase = std::function<RequestPtr()>;
+RequestPtr make_sequence(std::vector<Phase> phases, std::function<void()> finish, std::string what,
+                         std::size_t bytes);
+
+// "ranks 0 1 2" for messages.
+std::string list_ranks(const std::vector<int>& ranks);
+
+}  // namespace trellis::transport::detail

@@ -1,0 +1,199 @@
+// The hierarchical Group and make_group, which picks an algorithm from the members' hosts.
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "src/collectives/internal.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/transport/bootstrap.hpp"
+#include "trellis/transport/dtype.hpp"
+
+namespace trellis::transport {
+namespace {
+
+using detail::AsyncGroup;
+using detail::Phase;
+
+std::unique_ptr<AsyncGroup> as_async(std::unique_ptr<Group> g) {
+  if (!g) return nullptr;
+  auto* a = dynamic_cast<AsyncGroup*>(g.get());
+  if (a == nullptr) throw_error(ErrorCode::kInternal, "group {} has no asynchronous operations", g->describe());
+  g.release();
+  return std::unique_ptr<AsyncGroup>(a);
+}
+
+// In-host shm group per host, ring among the host leaders (the first member of each host).
+// Every phase runs in f32, so bf16 is rounded once, at the end.
+class HierGroup final : public AsyncGroup {
+ public:
+  struct Layout {
+    std::vector<int> host_of_member;  // host index (in order of first appearance) per group rank
+    std::vector<int> local_index;     // index inside its host's group, per group rank
+    int hosts = 0;
+    int max_local = 0;
+  };
+  HierGroup(std::vector<int> members, int rank, Layout layout, std::unique_ptr<AsyncGroup> local,
+            std::unique_ptr<AsyncGroup> leaders, Millis deadline)
+      : members_(std::move(members)), rank_(rank), layout_(std::move(layout)), local_(std::move(local)),
+        leaders_(std::move(leaders)), deadline_(deadline) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  const std::vector<int>& members() const override { return members_; }
+  std::string describe() const override { return "hierarchical"; }
+  Millis deadline() const override { return deadline_; }
+
+  RequestPtr all_reduce_async(void* data, std::size_t count, DType dtype) override {
+    if (count == 0) return make_completed_request(0, "empty all-reduce");
+    auto wide = std::make_shared<std::vector<float>>();
+    float* buf = static_cast<float*>(data);
+    if (dtype == DType::kBF16) {
+      wide->resize(count);
+      bf16_to_f32(static_cast<const std::uint16_t*>(data), wide->data(), count);
+      buf = wide->data();
+    }
+    std::vector<Phase> phases;
+    phases.push_back([this, buf, count] { return local_->all_reduce_async(buf, count, DType::kF32); });
+    if (leaders_) phases.push_back([this, buf, count] { return leaders_->all_reduce_async(buf, count, DType::kF32); });
+    phases.push_back([this, buf, count] { return local_->broadcast_async(buf, count * 4, 0); });
+    auto finish = [wide, data, count, dtype] {
+      if (dtype == DType::kBF16) f32_to_bf16(wide->data(), static_cast<std::uint16_t*>(data), count);
+    };
+    return kick(detail::make_sequence(std::move(phases), finish, what(fmt::format("all-reduce of {} elements", count)),
+                                      count * dtype_size(dtype)));
+  }
+
+  RequestPtr broadcast_async(void* data, std::size_t bytes, int root) override {
+    if (bytes == 0) return make_completed_request(0, "empty broadcast");
+    const int root_host = layout_.host_of_member.at(static_cast<std::size_t>(root));
+    const bool on_root_host = layout_.host_of_member[rank_] == root_host;
+    std::vector<Phase> phases;
+    if (on_root_host) {
+      int local_root = layout_.local_index[static_cast<std::size_t>(root)];
+      phases.push_back([this, data, bytes, local_root] { return local_->broadcast_async(data, bytes, local_root); });
+    }
+    if (leaders_) phases.push_back([this, data, bytes, root_host] { return leaders_->broadcast_async(data, bytes, root_host); });
+    if (!on_root_host) phases.push_back([this, data, bytes] { return local_->broadcast_async(data, bytes, 0); });
+    return kick(detail::make_sequence(std::move(phases), nullptr, what(fmt::format("broadcast of {} bytes", bytes)), bytes));
+  }
+
+  // Host blocks are padded to the largest host, gathered among leaders, broadcast in each
+  // host, then put in group order.
+  RequestPtr all_gather_async(const void* in, void* out, std::size_t bytes) override {
+    if (bytes == 0) return make_completed_request(0, "empty all-gather");
+    const std::size_t block = static_cast<std::size_t>(layout_.max_local) * bytes;
+    auto host_block = std::make_shared<std::vector<std::byte>>(block);
+    auto all = std::make_shared<std::vector<std::byte>>(block * static_cast<std::size_t>(layout_.hosts));
+    std::vector<Phase> phases;
+    phases.push_back([this, in, bytes, host_block] { return local_->all_gather_async(in, host_block->data(), bytes); });
+    if (leaders_)
+      phases.push_back([this, host_block, all, block] {
+        return leaders_->all_gather_async(host_block->data(), all->data(), block);
+      });
+    phases.push_back([this, all] { return local_->broadcast_async(all->data(), all->size(), 0); });
+    auto finish = [this, all, out, bytes, block] {
+      for (std::size_t m = 0; m < members_.size(); ++m)
+        std::memcpy(static_cast<std::byte*>(out) + m * bytes,
+                    all->data() + static_cast<std::size_t>(layout_.host_of_member[m]) * block +
+                        static_cast<std::size_t>(layout_.local_index[m]) * bytes,
+                    bytes);
+    };
+    return kick(detail::make_sequence(std::move(phases), finish, what(fmt::format("all-gather of {} bytes", bytes)),
+                                      bytes * members_.size()));
+  }
+
+  void barrier() override {
+    local_->barrier();
+    if (leaders_) leaders_->barrier();
+    local_->barrier();
+  }
+
+ private:
+  static RequestPtr kick(RequestPtr r) {
+    r->test();
+    return r;
+  }
+  std::string what(const std::string& op) const {
+    return fmt::format("hierarchical {} over world ranks {}", op, detail::list_ranks(members_));
+  }
+  std::vector<int> members_;
+  int rank_;
+  Layout layout_;
+  std::unique_ptr<AsyncGroup> local_, leaders_;
+  Millis deadline_;
+};
+
+void check_members(const Bootstrap& world, const std::vector<int>& members) {
+  if (members.empty()) throw_error(ErrorCode::kInvalidArgument, "a group needs at least one member");
+  std::set<int> seen;
+  for (int m : members) {
+    if (m < 0 || m >= world.size())
+      throw_error(ErrorCode::kInvalidArgument, "group member {} is not a rank of a world of {}", m, world.size());
+    if (!seen.insert(m).second) throw_error(ErrorCode::kInvalidArgument, "group member {} is listed twice", m);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Group> make_group(Bootstrap& world, const std::vector<int>& members, const GroupOptions& options,
+                                  const Config& config, std::vector<int> hosts) {
+  check_members(world, members);
+  if (hosts.empty()) hosts = host_map(world, Deadline::after(options.deadline));
+  if (hosts.size() != static_cast<std::size_t>(world.size()))
+    throw_error(ErrorCode::kInvalidArgument, "host map has {} entries for a world of {}", hosts.size(), world.size());
+  const int me = world.rank();
+  auto it = std::find(members.begin(), members.end(), me);
+  const bool member = it != members.end();
+  const int my_rank = member ? static_cast<int>(it - members.begin()) : -1;
+
+  HierGroup::Layout layout;
+  std::vector<int> host_ids;                 // distinct hosts, first appearance order
+  std::vector<std::vector<int>> per_host;    // members (world ranks) per host
+  for (int m : members) {
+    auto h = std::find(host_ids.begin(), host_ids.end(), hosts[static_cast<std::size_t>(m)]);
+    if (h == host_ids.end()) {
+      host_ids.push_back(hosts[static_cast<std::size_t>(m)]);
+      per_host.emplace_back();
+      h = host_ids.end() - 1;
+    }
+    int hi = static_cast<int>(h - host_ids.begin());
+    layout.host_of_member.push_back(hi);
+    layout.local_index.push_back(static_cast<int>(per_host[hi].size()));
+    per_host[hi].push_back(m);
+  }
+  layout.hosts = static_cast<int>(host_ids.size());
+  for (const auto& l : per_host) layout.max_local = std::max(layout.max_local, static_cast<int>(l.size()));
+
+  Algorithm alg = options.algorithm;
+  if (alg == Algorithm::kAuto) {
+    if (layout.hosts == 1) alg = Algorithm::kShm;
+    else if (layout.max_local == 1) alg = Algorithm::kRing;
+    else alg = Algorithm::kHierarchical;
+  }
+  if (members.size() == 1) return member ? make_single_group(me) : nullptr;
+  switch (alg) {
+    case Algorithm::kMpi: return make_mpi_group(world, members, options.deadline);
+    case Algorithm::kShm:
+      if (layout.hosts != 1)
+        throw_error(ErrorCode::kInvalidArgument, "the shm algorithm needs every member on one host; world ranks {} are on {} hosts",
+                    detail::list_ranks(members), layout.hosts);
+      return make_shm_group(world, member ? members : std::vector<int>{}, options);
+    case Algorithm::kRing: return make_ring_group(world, members, options, config);
+    case Algorithm::kHierarchical: break;
+    case Algorithm::kAuto: break;
+  }
+  const std::vector<int> no_one;
+  const std::vector<int>& local = member ? per_host[static_cast<std::size_t>(layout.host_of_member[my_rank])] : no_one;
+  auto local_group = as_async(make_shm_group(world, local, options));
+  std::vector<int> leaders;
+  for (const auto& l : per_host) leaders.push_back(l.front());
+  const bool leader = member && local.front() == me;
+  auto leader_group = as_async(make_ring_group(world, leader ? leaders : no_one, options, config));
+  if (!member) return nullptr;
+  return std::make_unique<HierGroup>(members, my_rank, std::move(layout), std::move(local_group),
+                                     std::move(leader_group), options.deadline);
+}
+
+}  // namespace trellis::transport
