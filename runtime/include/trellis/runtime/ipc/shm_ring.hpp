@@ -1,0 +1,69 @@
+// The buffered IPC channel (SiPipe §6, "BIC"): a single-producer, multi-consumer ring of
+// fixed-size slots in a POSIX shared-memory segment, used in a host to hand every rank the
+// scheduler's outputs (BIC-I) without a network round trip.
+//
+// Each message is delivered to every consumer, in order. The producer blocks (with a
+// deadline) only when the slowest consumer is a full ring behind; a consumer blocks (with a
+// deadline) until the next message is there. SiPipe guards slots with fcntl lock-ahead; here
+// each slot carries a sequence number and each consumer publishes its read position with
+// atomics in the segment (x86 atomics are address-free and lock-free across processes), which
+// gives the same ordering without a system call per message.
+//
+// Lifetime: the producer creates the segment and unlinks its name on destruction (the
+// memory lives until the last consumer unmaps). close() tells consumers that no more messages
+// will come: read() returns false once they have drained the ring.
+//
+// Threading: one producer thread, one thread per consumer index.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "trellis/core/clock.hpp"
+
+namespace trellis::runtime {
+
+class ShmRing {
+ public:
+  ~ShmRing();
+  ShmRing(const ShmRing&) = delete;
+  ShmRing& operator=(const ShmRing&) = delete;
+
+  // Producer side: creates segment `name` ("/trellis-<job>-sched"); replaces a stale one.
+  static std::unique_ptr<ShmRing> create(const std::string& name, std::uint32_t slots, std::uint32_t slot_bytes,
+                                         std::uint32_t consumers);
+  // Consumer `index` (0..consumers-1) opens the segment, waiting for it to appear.
+  static std::unique_ptr<ShmRing> open(const std::string& name, std::uint32_t index, Deadline deadline);
+
+  // Producer: copies one message into the next slot. kInvalidArgument when it is larger than
+  // a slot, kTimeout naming the slowest consumer when the ring stays full past the deadline.
+  void write(std::span<const std::byte> message, Deadline deadline);
+  void close();
+  // Consumer: the next message into `out`; false once the producer closed and all is read.
+  // kTimeout naming the channel when nothing arrives before the deadline.
+  bool read(std::vector<std::byte>& out, Deadline deadline);
+  // Consumer: like read() but returns false at once when no message is there yet.
+  bool try_read(std::vector<std::byte>& out);
+
+  const std::string& name() const { return name_; }
+  std::uint32_t slot_bytes() const;
+
+  struct Header;  // layout of the segment (defined in the .cpp)
+
+ private:
+  ShmRing(std::string name, void* base, std::size_t bytes, bool owner, std::uint32_t index);
+  std::byte* slot(std::uint64_t seq) const;
+
+  std::string name_;
+  void* base_;
+  std::size_t bytes_;
+  bool owner_;
+  std::uint32_t index_;
+  Header* header_;
+};
+
+}  // namespace trellis::runtime

@@ -1,0 +1,57 @@
+// Scheduling outputs: what the scheduler tells every rank about one iteration (SiPipe §4.1:
+// "iteration, sequence ids, new tokens, positions"), and their compact wire form.
+//
+// One ScheduleOutput drives one forward of one microbatch through all p stages. Sequences
+// appear in a fixed order; their input tokens are concatenated in that order (a prefill
+// contributes its whole prompt, a decode step one token). A sequence with `sample` set gets
+// one new token at the end of this iteration; the logits rows of the iteration are those
+// sequences, in order. `column` is the sequence's fixed column in its group's sampler state
+// (stable for its lifetime, so penalties update incrementally), `slot` its KV-cache slot on
+// every rank. A new sequence (`first`) carries its sampling settings for the sampler.
+//
+// Wire format (little-endian): header {magic "TRSO", u16 version, u16 flags, u64 iteration,
+// u32 group, u32 n_seqs, u32 n_tokens}, then per sequence {i64 id, i32 slot, i32 column,
+// i32 pos, i32 n_tokens, u8 bits, [settings when first]}, then n_tokens i32 tokens. A
+// decode step of B sequences costs 28 + 25*B bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "trellis/runtime/workload/request.hpp"
+
+namespace trellis::runtime {
+
+struct ScheduledSeq {
+  std::int64_t id = 0;      // request id
+  std::int32_t slot = 0;    // KV-cache slot
+  std::int32_t column = 0;  // sampler column within the group
+  std::int32_t pos = 0;     // position of the first input token of this chunk
+  std::int32_t n_tokens = 0;
+  bool sample = true;       // a token is drawn for it after this iteration
+  bool first = false;       // first iteration of this sequence (prefill from position 0)
+  SamplingParams params;    // meaningful when first
+};
+
+struct ScheduleOutput {
+  static constexpr std::uint16_t kStop = 1;  // no more iterations: ranks drain and exit
+
+  std::uint64_t iteration = 0;
+  std::int32_t group = 0;  // microbatch group = iteration mod p
+  std::uint16_t flags = 0;
+  std::vector<ScheduledSeq> seqs;
+  std::vector<std::int32_t> tokens;  // sum of seqs[i].n_tokens
+
+  bool stop() const { return (flags & kStop) != 0; }
+  int n_tokens() const { return static_cast<int>(tokens.size()); }
+  int n_sampled() const;
+};
+
+// Appends the wire form to `out` (cleared first).
+void serialize(const ScheduleOutput& s, std::vector<std::byte>& out);
+// Parses the wire form; kCorruptInput naming `what` (the channel) on any inconsistency.
+ScheduleOutput deserialize_schedule(std::span<const std::byte> in, const char* what);
+
+}  // namespace trellis::runtime

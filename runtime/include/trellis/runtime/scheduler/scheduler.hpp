@@ -1,0 +1,99 @@
+// The scheduler: continuous batching over p microbatch groups with a KV-cache budget.
+//
+// It runs on one rank and is driven by the engine: schedule(g) builds the next iteration of
+// group g (at most one iteration per group in flight; groups take turns, so p microbatches
+// are in flight), complete() takes back the tokens sampled for it. Finished sequences leave
+// their group and free their KV reservation at once; waiting requests join any group that
+// has a free column and fits in the budget (SiPipe §4.2, Orca-style iteration batching).
+//
+// KV budget. Every rank holds the KV cache of its layers for every running sequence, so the
+// budget is counted in token positions: a request reserves prompt + max_tokens positions
+// (capped by the context) when it is admitted, so a running sequence never runs out. A
+// request that needs more than the whole budget, or whose prompt does not fit the context,
+// is rejected with the reason; one that does not fit now waits (FIFO) and the wait is
+// reported once with the occupancy. Prompts are prefilled in one iteration.
+//
+// Threading: one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "trellis/runtime/scheduler/schedule.hpp"
+#include "trellis/runtime/workload/request.hpp"
+
+namespace trellis::runtime {
+
+struct SchedulerConfig {
+  int groups = 1;                    // p: microbatch groups (one per pipeline stage)
+  int max_seqs_per_group = 8;        // sequences per microbatch (sampler columns)
+  std::int64_t kv_budget_tokens = 0; // positions of KV cache every rank can hold
+  int max_context = 2048;            // longest sequence (prompt + output)
+  int max_iteration_tokens = 4096;   // input tokens per iteration (limits prefill bursts)
+};
+
+enum class RequestStatus { kPending, kRunning, kFinished, kFailed };
+
+struct RequestResult {
+  std::int64_t id = 0;
+  RequestStatus status = RequestStatus::kPending;
+  std::string reason;                  // why it failed, or why it stopped ("stop", "length")
+  std::vector<std::int32_t> output;    // generated token ids
+  double admitted_s = -1, first_token_s = -1, finished_s = -1;  // engine clock
+};
+
+class Scheduler {
+ public:
+  // Requests with a non-empty error start as failed with that reason.
+  Scheduler(SchedulerConfig config, std::vector<Request> requests);
+
+  // The next iteration for group `g`, or nothing when the group has no work now (nothing
+  // running in it and nothing that may be admitted). `now` (seconds) stamps admissions.
+  std::optional<ScheduleOutput> schedule(int g, double now);
+  // Tokens sampled for `s` (one per sampled sequence, in order), at time `now`.
+  void complete(const ScheduleOutput& s, std::span<const std::int32_t> tokens, double now);
+
+  bool done() const;  // every request finished or failed
+  const std::vector<RequestResult>& results() const { return results_; }
+  const std::vector<Request>& requests() const { return requests_; }
+  // Wait/reject notes in the order they happened ("request 7 waits: KV cache full ...").
+  std::vector<std::string> take_notes();
+  std::int64_t kv_used_tokens() const { return kv_used_; }
+  std::uint64_t iterations_scheduled() const { return next_iteration_; }
+
+ private:
+  struct Running {
+    std::int64_t id;
+    std::int32_t slot, column;
+    std::int32_t len;        // tokens in the KV cache after the in-flight iteration
+    std::int64_t reserved;   // KV positions reserved
+    bool prefilled = false;
+    std::int32_t next_token = -1;
+  };
+  struct Group {
+    std::vector<Running> running;
+    std::vector<bool> column_used;
+    bool in_flight = false;
+  };
+  bool admit_into(Group& g, double now, int& tokens_left);
+  void finish(Group& g, std::size_t index, RequestStatus status, std::string reason, double now);
+  std::int64_t reservation(const Request& r) const;
+
+  SchedulerConfig cfg_;
+  std::vector<Request> requests_;
+  std::vector<RequestResult> results_;
+  std::deque<std::int64_t> waiting_;
+  std::vector<Group> groups_;
+  std::vector<std::int32_t> free_slots_;
+  std::vector<bool> wait_reported_;
+  std::vector<std::string> notes_;
+  std::int64_t kv_used_ = 0;
+  std::uint64_t next_iteration_ = 0;
+  int open_ = 0;  // requests not yet finished or failed
+};
+
+}  // namespace trellis::runtime

@@ -1,0 +1,191 @@
+#include "trellis/runtime/ipc/shm_ring.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <sys/stat.h>
+
+#include "trellis/core/error.hpp"
+#include "trellis/core/poll.hpp"
+
+namespace trellis::runtime {
+
+namespace {
+constexpr std::uint64_t kMagic = 0x474e495253524c54ull;  // "TLRSRING"
+constexpr std::uint32_t kMaxConsumers = 256;
+struct alignas(64) Cursor {
+  std::atomic<std::uint64_t> value{0};
+};
+struct SlotHeader {
+  std::atomic<std::uint64_t> seq;  // 1 + message number stored here (0: empty)
+  std::uint32_t bytes;
+  std::uint32_t pad;
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared-memory ring needs lock-free 64-bit atomics");
+}  // namespace
+
+struct ShmRing::Header {
+  std::atomic<std::uint64_t> magic;
+  std::uint32_t slots, slot_bytes, consumers, pad;
+  alignas(64) std::atomic<std::uint64_t> written;  // messages published
+  std::atomic<std::uint32_t> closed;
+  Cursor read[kMaxConsumers];                       // messages each consumer has taken
+};
+
+namespace {
+std::size_t stride(std::uint32_t slot_bytes) { return (sizeof(SlotHeader) + slot_bytes + 63) / 64 * 64; }
+std::size_t total_bytes(std::uint32_t slots, std::uint32_t slot_bytes) {
+  return sizeof(ShmRing::Header) + static_cast<std::size_t>(slots) * stride(slot_bytes);
+}
+}  // namespace
+
+ShmRing::ShmRing(std::string name, void* base, std::size_t bytes, bool owner, std::uint32_t index)
+    : name_(std::move(name)), base_(base), bytes_(bytes), owner_(owner), index_(index),
+      header_(static_cast<Header*>(base)) {}
+
+ShmRing::~ShmRing() {
+  if (owner_) {
+    close();
+    ::shm_unlink(name_.c_str());
+  }
+  ::munmap(base_, bytes_);
+}
+
+std::uint32_t ShmRing::slot_bytes() const { return header_->slot_bytes; }
+
+std::byte* ShmRing::slot(std::uint64_t seq) const {
+  return static_cast<std::byte*>(base_) + sizeof(Header) + (seq % header_->slots) * stride(header_->slot_bytes);
+}
+
+std::unique_ptr<ShmRing> ShmRing::create(const std::string& name, std::uint32_t slots, std::uint32_t slot_bytes,
+                                         std::uint32_t consumers) {
+  if (slots < 2 || slot_bytes < 64 || consumers < 1 || consumers > kMaxConsumers)
+    throw_error(ErrorCode::kInvalidArgument, "channel {}: {} slots of {} bytes for {} consumers is not allowed", name,
+                slots, slot_bytes, consumers);
+  ::shm_unlink(name.c_str());
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) throw_error(ErrorCode::kIo, "channel {}: shm_open failed: {}", name, std::strerror(errno));
+  auto bytes = total_bytes(slots, slot_bytes);
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int e = errno;
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    throw_error(ErrorCode::kIo, "channel {}: cannot size the segment to {} bytes: {}", name, bytes, std::strerror(e));
+  }
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) throw_error(ErrorCode::kIo, "channel {}: mmap failed: {}", name, std::strerror(errno));
+  auto* h = new (base) Header{};
+  h->slots = slots;
+  h->slot_bytes = slot_bytes;
+  h->consumers = consumers;
+  for (std::uint32_t i = 0; i < slots; ++i) {
+    auto* sh = reinterpret_cast<SlotHeader*>(static_cast<std::byte*>(base) + sizeof(Header) + i * stride(slot_bytes));
+    new (sh) SlotHeader{};
+  }
+  h->magic.store(kMagic, std::memory_order_release);  // consumers may attach from here on
+  return std::unique_ptr<ShmRing>(new ShmRing(name, base, bytes, true, 0));
+}
+
+std::unique_ptr<ShmRing> ShmRing::open(const std::string& name, std::uint32_t index, Deadline deadline) {
+  int fd = -1;
+  poll_until([&] { return (fd = ::shm_open(name.c_str(), O_RDWR, 0)) >= 0; }, deadline,
+             fmt::format("channel {}: waiting for the producer to create it", name));
+  struct stat st {};
+  Header* h = nullptr;
+  void* base = MAP_FAILED;
+  poll_until(
+      [&] {
+        if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < sizeof(Header)) return false;
+        base = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (base == MAP_FAILED) return false;
+        h = static_cast<Header*>(base);
+        if (h->magic.load(std::memory_order_acquire) == kMagic) return true;
+        ::munmap(base, static_cast<std::size_t>(st.st_size));
+        base = MAP_FAILED;
+        return false;
+      },
+      deadline, fmt::format("channel {}: waiting for the producer to initialise it", name));
+  ::close(fd);
+  if (const auto consumers = h->consumers; index >= consumers) {
+    ::munmap(base, static_cast<std::size_t>(st.st_size));
+    throw_error(ErrorCode::kInvalidArgument, "channel {}: consumer {} but the ring was made for {}", name, index,
+                consumers);
+  }
+  return std::unique_ptr<ShmRing>(new ShmRing(name, base, static_cast<std::size_t>(st.st_size), false, index));
+}
+
+void ShmRing::write(std::span<const std::byte> message, Deadline deadline) {
+  auto& h = *header_;
+  if (message.size() > h.slot_bytes)
+    throw_error(ErrorCode::kInvalidArgument, "channel {}: message of {} bytes exceeds the slot size {}", name_,
+                message.size(), h.slot_bytes);
+  const auto n = h.written.load(std::memory_order_relaxed);
+  std::uint32_t slowest = 0;
+  auto has_room = [&] {
+    for (std::uint32_t c = 0; c < h.consumers; ++c) {
+      if (n - h.read[c].value.load(std::memory_order_acquire) >= h.slots) {
+        slowest = c;
+        return false;
+      }
+    }
+    return true;
+  };
+  if (!has_room()) {
+    try {
+      poll_until(has_room, deadline, "ring full");
+    } catch (const Error& e) {
+      throw_error(ErrorCode::kTimeout, "channel {}: consumer {} is a full ring ({} slots) behind: {}", name_, slowest,
+                  h.slots, e.what());
+    }
+  }
+  auto* s = slot(n);
+  auto* sh = reinterpret_cast<SlotHeader*>(s);
+  sh->bytes = static_cast<std::uint32_t>(message.size());
+  if (!message.empty()) std::memcpy(s + sizeof(SlotHeader), message.data(), message.size());
+  sh->seq.store(n + 1, std::memory_order_release);
+  h.written.store(n + 1, std::memory_order_release);
+}
+
+void ShmRing::close() { header_->closed.store(1, std::memory_order_release); }
+
+bool ShmRing::try_read(std::vector<std::byte>& out) {
+  auto& h = *header_;
+  auto& cur = h.read[index_].value;
+  const auto n = cur.load(std::memory_order_relaxed);
+  if (h.written.load(std::memory_order_acquire) <= n) return false;
+  auto* s = slot(n);
+  auto* sh = reinterpret_cast<SlotHeader*>(s);
+  if (sh->seq.load(std::memory_order_acquire) != n + 1)
+    throw_error(ErrorCode::kCorruptInput, "channel {}: slot of message {} was overwritten before consumer {} read it",
+                name_, n, index_);
+  out.assign(s + sizeof(SlotHeader), s + sizeof(SlotHeader) + sh->bytes);
+  cur.store(n + 1, std::memory_order_release);
+  return true;
+}
+
+bool ShmRing::read(std::vector<std::byte>& out, Deadline deadline) {
+  bool got = false, closed = false;
+  poll_until(
+      [&] {
+        if (try_read(out)) return got = true;
+        // Closed is checked after an empty read, and the ring re-checked, so no message
+        // published before close() is lost.
+        if (header_->closed.load(std::memory_order_acquire)) {
+          got = try_read(out);
+          closed = !got;
+          return true;
+        }
+        return false;
+      },
+      deadline, fmt::format("channel {}: consumer {} waiting for the next scheduling output", name_, index_));
+  (void)closed;
+  return got;
+}
+
+}  // namespace trellis::runtime

@@ -1,0 +1,162 @@
+#include "trellis/runtime/scheduler/scheduler.hpp"
+
+#include <algorithm>
+
+#include "trellis/core/error.hpp"
+
+namespace trellis::runtime {
+
+Scheduler::Scheduler(SchedulerConfig config, std::vector<Request> requests)
+    : cfg_(config), requests_(std::move(requests)) {
+  if (cfg_.groups < 1 || cfg_.max_seqs_per_group < 1 || cfg_.kv_budget_tokens < 1 || cfg_.max_context < 2)
+    throw_error(ErrorCode::kInvalidArgument,
+                "scheduler: groups {} seqs/group {} KV budget {} tokens context {} must all be positive", cfg_.groups,
+                cfg_.max_seqs_per_group, cfg_.kv_budget_tokens, cfg_.max_context);
+  groups_.resize(static_cast<std::size_t>(cfg_.groups));
+  for (auto& g : groups_) g.column_used.assign(static_cast<std::size_t>(cfg_.max_seqs_per_group), false);
+  const int slots = cfg_.groups * cfg_.max_seqs_per_group;
+  for (int s = slots - 1; s >= 0; --s) free_slots_.push_back(s);
+  results_.resize(requests_.size());
+  wait_reported_.assign(requests_.size(), false);
+  for (std::size_t i = 0; i < requests_.size(); ++i) {
+    auto& r = requests_[i];
+    if (r.id != static_cast<std::int64_t>(i))
+      throw_error(ErrorCode::kInternal, "scheduler: request ids must be 0..n-1 in order (got {} at {})", r.id, i);
+    results_[i].id = r.id;
+    std::string reject = r.error;
+    if (reject.empty() && static_cast<int>(r.prompt.size()) >= cfg_.max_context)
+      reject = fmt::format("prompt of {} tokens does not fit the context of {} (no room for a new token)",
+                           r.prompt.size(), cfg_.max_context);
+    if (reject.empty() && static_cast<int>(r.prompt.size()) > cfg_.max_iteration_tokens)
+      reject = fmt::format("prompt of {} tokens exceeds the {} tokens one iteration may hold", r.prompt.size(),
+                           cfg_.max_iteration_tokens);
+    if (reject.empty() && reservation(r) > cfg_.kv_budget_tokens)
+      reject = fmt::format("needs {} KV positions (prompt {} + max_tokens {}) but the KV budget holds {}; it can never "
+                           "fit",
+                           reservation(r), r.prompt.size(), r.sampling.max_tokens, cfg_.kv_budget_tokens);
+    if (!reject.empty()) {
+      results_[i].status = RequestStatus::kFailed;
+      results_[i].reason = reject;
+      notes_.push_back(fmt::format("request {} rejected: {}", r.name, reject));
+    } else {
+      waiting_.push_back(r.id);
+      ++open_;
+    }
+  }
+}
+
+std::int64_t Scheduler::reservation(const Request& r) const {
+  return std::min<std::int64_t>(static_cast<std::int64_t>(r.prompt.size()) + r.sampling.max_tokens, cfg_.max_context);
+}
+
+bool Scheduler::admit_into(Group& g, double now, int& tokens_left) {
+  if (waiting_.empty()) return false;
+  auto col = std::find(g.column_used.begin(), g.column_used.end(), false);
+  if (col == g.column_used.end()) return false;
+  const auto& r = requests_[static_cast<std::size_t>(waiting_.front())];
+  auto need = reservation(r);
+  if (static_cast<int>(r.prompt.size()) > tokens_left) return false;
+  if (kv_used_ + need > cfg_.kv_budget_tokens) {
+    if (!wait_reported_[static_cast<std::size_t>(r.id)]) {
+      wait_reported_[static_cast<std::size_t>(r.id)] = true;
+      notes_.push_back(fmt::format("request {} waits: KV cache full ({} of {} positions reserved, it needs {})",
+                                   r.name, kv_used_, cfg_.kv_budget_tokens, need));
+    }
+    return false;
+  }
+  waiting_.pop_front();
+  *col = true;
+  kv_used_ += need;
+  tokens_left -= static_cast<int>(r.prompt.size());
+  Running run{r.id, free_slots_.back(), static_cast<std::int32_t>(col - g.column_used.begin()), 0, need};
+  free_slots_.pop_back();
+  g.running.push_back(run);
+  auto& res = results_[static_cast<std::size_t>(r.id)];
+  res.status = RequestStatus::kRunning;
+  res.admitted_s = now;
+  return true;
+}
+
+std::optional<ScheduleOutput> Scheduler::schedule(int gi, double now) {
+  auto& g = groups_.at(static_cast<std::size_t>(gi));
+  if (g.in_flight) throw_error(ErrorCode::kInternal, "scheduler: group {} already has an iteration in flight", gi);
+  int tokens_left = cfg_.max_iteration_tokens - static_cast<int>(g.running.size());
+  while (admit_into(g, now, tokens_left)) {
+  }
+  if (g.running.empty()) return std::nullopt;
+  ScheduleOutput s;
+  s.iteration = next_iteration_++;
+  s.group = gi;
+  for (auto& run : g.running) {
+    const auto& r = requests_[static_cast<std::size_t>(run.id)];
+    ScheduledSeq q;
+    q.id = run.id;
+    q.slot = run.slot;
+    q.column = run.column;
+    q.pos = run.len;
+    if (!run.prefilled) {
+      q.first = true;
+      q.params = r.sampling;
+      q.n_tokens = static_cast<std::int32_t>(r.prompt.size());
+      s.tokens.insert(s.tokens.end(), r.prompt.begin(), r.prompt.end());
+    } else {
+      q.n_tokens = 1;
+      s.tokens.push_back(run.next_token);
+    }
+    run.len += q.n_tokens;
+    s.seqs.push_back(q);
+  }
+  g.in_flight = true;
+  return s;
+}
+
+void Scheduler::finish(Group& g, std::size_t index, RequestStatus status, std::string reason, double now) {
+  auto run = g.running[index];
+  g.column_used[static_cast<std::size_t>(run.column)] = false;
+  free_slots_.push_back(run.slot);
+  kv_used_ -= run.reserved;
+  auto& res = results_[static_cast<std::size_t>(run.id)];
+  res.status = status;
+  res.reason = std::move(reason);
+  res.finished_s = now;
+  g.running.erase(g.running.begin() + static_cast<std::ptrdiff_t>(index));
+  --open_;
+}
+
+void Scheduler::complete(const ScheduleOutput& s, std::span<const std::int32_t> tokens, double now) {
+  auto& g = groups_.at(static_cast<std::size_t>(s.group));
+  if (!g.in_flight || static_cast<int>(tokens.size()) != s.n_sampled())
+    throw_error(ErrorCode::kInternal, "scheduler: iteration {} completed with {} tokens, expected {}", s.iteration,
+                tokens.size(), s.n_sampled());
+  g.in_flight = false;
+  std::size_t k = 0;
+  for (const auto& q : s.seqs) {
+    if (!q.sample) continue;
+    auto t = tokens[k++];
+    auto it = std::find_if(g.running.begin(), g.running.end(), [&](const Running& r) { return r.id == q.id; });
+    if (it == g.running.end()) throw_error(ErrorCode::kInternal, "scheduler: sequence {} is not running", q.id);
+    const auto& req = requests_[static_cast<std::size_t>(q.id)];
+    auto& res = results_[static_cast<std::size_t>(q.id)];
+    it->prefilled = true;
+    it->next_token = t;
+    res.output.push_back(t);
+    if (res.first_token_s < 0) res.first_token_s = now;
+    auto idx = static_cast<std::size_t>(it - g.running.begin());
+    const auto& stops = req.sampling.stop_ids;
+    if (std::find(stops.begin(), stops.end(), t) != stops.end()) finish(g, idx, RequestStatus::kFinished, "stop", now);
+    else if (static_cast<int>(res.output.size()) >= req.sampling.max_tokens)
+      finish(g, idx, RequestStatus::kFinished, "max_tokens", now);
+    else if (it->len >= cfg_.max_context)
+      finish(g, idx, RequestStatus::kFinished, "length", now);
+  }
+}
+
+bool Scheduler::done() const { return open_ == 0; }
+
+std::vector<std::string> Scheduler::take_notes() {
+  std::vector<std::string> out;
+  out.swap(notes_);
+  return out;
+}
+
+}  // namespace trellis::runtime

@@ -1,0 +1,244 @@
+// Scheduler (continuous batching, KV budget, rejection), the scheduling output's wire form,
+// and the shared-memory ring channel.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <set>
+#include <thread>
+#include <unistd.h>
+
+#include "trellis/core/error.hpp"
+#include "trellis/runtime/ipc/shm_ring.hpp"
+#include "trellis/runtime/scheduler/scheduler.hpp"
+
+using namespace trellis;
+using namespace trellis::runtime;
+
+namespace {
+
+Request make_request(std::int64_t id, int prompt_len, int max_tokens) {
+  Request r;
+  r.id = id;
+  r.name = fmt::format("r{}", id);
+  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<std::int32_t>(id * 10 + i));
+  r.sampling.greedy = true;
+  r.sampling.max_tokens = max_tokens;
+  return r;
+}
+
+// Drives a scheduler the way the engine does (groups in turn, one iteration in flight per
+// group) with a fake "model" that answers token = 1000 + position; checks every invariant.
+void drive(Scheduler& s, int groups, int max_iters = 10000) {
+  std::vector<std::optional<ScheduleOutput>> inflight(static_cast<std::size_t>(groups));
+  int it = 0;
+  double now = 0;
+  while (!s.done() && it++ < max_iters) {
+    bool any = false;
+    for (int g = 0; g < groups; ++g) {
+      auto& f = inflight[static_cast<std::size_t>(g)];
+      if (f) {
+        std::vector<std::int32_t> toks;
+        for (const auto& q : f->seqs)
+          if (q.sample) toks.push_back(1000 + q.pos + q.n_tokens);
+        s.complete(*f, toks, now += 1);
+        f.reset();
+      }
+      f = s.schedule(g, now);
+      any = any || f.has_value();
+    }
+    ASSERT_TRUE(any || s.done()) << "no group can make progress";
+  }
+}
+
+}  // namespace
+
+TEST(Schedule, WireRoundTripAndCorruption) {
+  ScheduleOutput s;
+  s.iteration = 77;
+  s.group = 1;
+  ScheduledSeq a;
+  a.id = 5;
+  a.slot = 2;
+  a.column = 1;
+  a.pos = 0;
+  a.n_tokens = 3;
+  a.first = true;
+  a.params.temperature = 0.5f;
+  a.params.top_k = 9;
+  a.params.seed = 123;
+  a.params.stop_ids = {4, 7};
+  ScheduledSeq b;
+  b.id = 6;
+  b.slot = 0;
+  b.column = 0;
+  b.pos = 10;
+  b.n_tokens = 1;
+  s.seqs = {a, b};
+  s.tokens = {1, 2, 3, 9};
+  std::vector<std::byte> wire;
+  serialize(s, wire);
+  auto r = deserialize_schedule(wire, "test");
+  EXPECT_EQ(r.iteration, 77u);
+  EXPECT_EQ(r.group, 1);
+  ASSERT_EQ(r.seqs.size(), 2u);
+  EXPECT_TRUE(r.seqs[0].first);
+  EXPECT_EQ(r.seqs[0].params.top_k, 9);
+  EXPECT_EQ(r.seqs[0].params.seed, 123u);
+  EXPECT_EQ(r.seqs[0].params.stop_ids, (std::vector<std::int32_t>{4, 7}));
+  EXPECT_FALSE(r.seqs[1].first);
+  EXPECT_EQ(r.seqs[1].pos, 10);
+  EXPECT_EQ(r.tokens, s.tokens);
+  EXPECT_EQ(r.n_sampled(), 2);
+  // A decode step is compact: 28 bytes of header + 25 per sequence + 4 per token.
+  ScheduleOutput d;
+  d.seqs = {b};
+  d.tokens = {9};
+  serialize(d, wire);
+  EXPECT_EQ(wire.size(), 28u + 25u + 4u);
+  // Every truncation is caught.
+  serialize(s, wire);
+  for (std::size_t n = 0; n < wire.size(); ++n)
+    EXPECT_THROW(deserialize_schedule(std::span(wire).first(n), "test"), Error) << n;
+  wire.push_back(std::byte{0});
+  EXPECT_THROW(deserialize_schedule(wire, "test"), Error);
+}
+
+TEST(Scheduler, ContinuousBatchingFinishesEverything) {
+  SchedulerConfig cfg{2, 2, 1000, 64, 256};
+  std::vector<Request> reqs;
+  for (int i = 0; i < 9; ++i) reqs.push_back(make_request(i, 3 + i % 4, 2 + i % 5));
+  reqs[4].sampling.stop_ids = {1000 + 3 + 4 % 4};  // stops at its first token
+  Scheduler s(cfg, reqs);
+  drive(s, 2);
+  ASSERT_TRUE(s.done());
+  for (const auto& r : s.results()) {
+    EXPECT_EQ(r.status, RequestStatus::kFinished) << r.id;
+    const auto& q = reqs[static_cast<std::size_t>(r.id)];
+    if (r.id == 4) {
+      EXPECT_EQ(r.output.size(), 1u);
+      EXPECT_EQ(r.reason, "stop");
+      continue;
+    }
+    ASSERT_EQ(static_cast<int>(r.output.size()), q.sampling.max_tokens) << r.id;
+    // Positions advance one per token: the fake model echoes the position.
+    for (std::size_t k = 0; k < r.output.size(); ++k)
+      EXPECT_EQ(r.output[k], 1000 + static_cast<int>(q.prompt.size() + k)) << r.id;
+  }
+  EXPECT_EQ(s.kv_used_tokens(), 0);
+}
+
+TEST(Scheduler, GroupsHoldDisjointSlotsAndStableColumns) {
+  SchedulerConfig cfg{3, 2, 10000, 64, 256};
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) reqs.push_back(make_request(i, 2, 4));
+  Scheduler s(cfg, reqs);
+  std::map<std::int64_t, std::pair<int, int>> where;  // id -> (slot, column)
+  std::set<int> slots_in_flight;
+  std::vector<std::optional<ScheduleOutput>> f(3);
+  for (int round = 0; round < 6; ++round) {
+    for (int g = 0; g < 3; ++g) {
+      auto& o = f[static_cast<std::size_t>(g)];
+      if (o) {
+        for (const auto& q : o->seqs) slots_in_flight.erase(q.slot);
+        s.complete(*o, std::vector<std::int32_t>(static_cast<std::size_t>(o->n_sampled()), 5), 0);
+      }
+      o = s.schedule(g, 0);
+      if (!o) continue;
+      EXPECT_EQ(o->group, g);
+      for (const auto& q : o->seqs) {
+        EXPECT_TRUE(slots_in_flight.insert(q.slot).second) << "slot " << q.slot << " used twice";
+        auto [it, fresh] = where.emplace(q.id, std::pair{q.slot, q.column});
+        if (!fresh) {
+          EXPECT_EQ(it->second, (std::pair{q.slot, q.column}));
+        }
+        EXPECT_EQ(q.first, fresh);
+      }
+    }
+  }
+}
+
+TEST(Scheduler, KvBudgetWaitsAndRejects) {
+  // Budget 20 positions: requests of 10 fit two at a time; one of 30 can never fit.
+  SchedulerConfig cfg{1, 4, 20, 64, 256};
+  std::vector<Request> reqs = {make_request(0, 5, 5), make_request(1, 5, 5), make_request(2, 5, 5),
+                               make_request(3, 20, 10), make_request(4, 70, 1)};
+  Scheduler s(cfg, reqs);
+  auto notes = s.take_notes();
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[0].find("request r3 rejected: needs 30 KV positions"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[1].find("request r4 rejected: prompt of 70 tokens does not fit the context of 64"), std::string::npos)
+      << notes[1];
+  auto o = s.schedule(0, 0);
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->seqs.size(), 2u);
+  notes = s.take_notes();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("request r2 waits: KV cache full (20 of 20 positions reserved, it needs 10)"),
+            std::string::npos);
+  s.complete(*o, std::vector<std::int32_t>{1, 1}, 0);
+  drive(s, 1);
+  EXPECT_TRUE(s.done());
+  EXPECT_EQ(s.results()[2].status, RequestStatus::kFinished);
+  EXPECT_EQ(s.results()[3].status, RequestStatus::kFailed);
+  EXPECT_EQ(s.results()[4].status, RequestStatus::kFailed);
+}
+
+TEST(ShmRing, BroadcastsInOrderToEveryConsumer) {
+  auto name = fmt::format("/trellis-test-{}-ring", ::getpid());
+  auto ring = ShmRing::create(name, 4, 256, 3);
+  const int kMessages = 200;
+  std::vector<std::thread> readers;
+  std::atomic<int> good{0};
+  for (std::uint32_t c = 0; c < 3; ++c) {
+    readers.emplace_back([&, c] {
+      auto r = ShmRing::open(name, c, Deadline::after_ms(10000));
+      std::vector<std::byte> msg;
+      int expect = 0;
+      while (r->read(msg, Deadline::after_ms(10000))) {
+        if (msg.size() == static_cast<std::size_t>(expect % 200) &&
+            (msg.empty() || msg.back() == static_cast<std::byte>(expect)))
+          ++expect;
+        else
+          return;
+      }
+      if (expect == kMessages) ++good;
+    });
+  }
+  std::vector<std::byte> m;
+  for (int i = 0; i < kMessages; ++i) {
+    m.assign(static_cast<std::size_t>(i % 200), static_cast<std::byte>(i));
+    ring->write(m, Deadline::after_ms(10000));
+  }
+  ring->close();
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(good.load(), 3);
+}
+
+TEST(ShmRing, DeadlinesAndLimits) {
+  auto name = fmt::format("/trellis-test-{}-ring2", ::getpid());
+  auto ring = ShmRing::create(name, 2, 64, 1);
+  auto reader = ShmRing::open(name, 0, Deadline::after_ms(1000));
+  std::vector<std::byte> msg;
+  EXPECT_FALSE(reader->try_read(msg));
+  try {
+    reader->read(msg, Deadline::after_ms(50));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos);
+  }
+  std::vector<std::byte> big(65);
+  EXPECT_THROW(ring->write(big, Deadline::after_ms(50)), Error);
+  std::vector<std::byte> one(1);
+  ring->write(one, Deadline::after_ms(50));
+  ring->write(one, Deadline::after_ms(50));
+  try {
+    ring->write(one, Deadline::after_ms(50));  // full: consumer 0 is two behind
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("consumer 0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ShmRing::open(name, 5, Deadline::after_ms(100)), Error);
+  EXPECT_THROW(ShmRing::open("/trellis-test-nope", 0, Deadline::after_ms(50)), Error);
+}
