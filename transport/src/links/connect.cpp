@@ -20,7 +20,7 @@ Backend parse_backend(std::string_view name) {
 }
 
 std::vector<Backend> built_backends() {
-  std::vector<Backend> out = {Backend::kShm, Backend::kMpi};
+  std::vector<Backend> out = {Backend::kShm, Backend::kUcx, Backend::kMpi};
 #ifdef TRELLIS_HAVE_NCCL
   out.push_back(Backend::kNccl);
 #endif
@@ -29,9 +29,6 @@ std::vector<Backend> built_backends() {
 
 namespace links {
 // Backends still being written: they say so instead of pretending.
-std::unique_ptr<Transport> connect_ucx(Bootstrap&, const std::vector<int>&, const Config&) {
-  throw_error(ErrorCode::kUnsupported, "the ucx link is not implemented yet");
-}
 std::unique_ptr<Transport> connect_tcp(Bootstrap&, const std::vector<int>&, const Config&) {
   throw_error(ErrorCode::kUnsupported, "the tcp link is not implemented yet");
 }
