@@ -72,7 +72,7 @@ class KvCache {
  private:
   int n_layers_ = 0, n_slots_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
   std::int64_t capacity_ = 0;
-  Tensor storage_;  // [n_layers, n_slots, 2 (k,v), n_kv_heads, capacity, head_dim]
+  Tensor storage_;  // [n_layers][n_slots][k, v][n_kv_heads][capacity][head_dim], flat
 };
 
 }  // namespace trellis::kernels

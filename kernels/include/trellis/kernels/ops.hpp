@@ -18,9 +18,19 @@ namespace trellis::kernels {
 
 // ---- linear algebra --------------------------------------------------------------------
 
+// Which implementation runs a matmul. kAuto picks by shape and dtype (kernels/README.md says
+// how and why); the others force one, for benchmarks and tests.
+enum class MatmulAlgo : std::uint8_t {
+  kAuto,
+  kGemv,   // memory-bound small-M path (streams the weights once); M <= 8
+  kGemm,   // our cache-blocked AVX-512 GEMM (weights converted to f32 while packing)
+  kBlas,   // OpenBLAS cblas_sgemm (non-f32 weights converted to f32 first)
+};
+
 struct MatmulOptions {
   // y = x * w^T + beta * y. beta 0 (the default) ignores what y held (may be garbage/NaN).
   float beta = 0.0f;
+  MatmulAlgo algo = MatmulAlgo::kAuto;
 };
 
 // y[M,N] = x[M,K] * w[N,K]^T, the linear layer with weights stored [out, in].

@@ -1,0 +1,268 @@
+// Matrix multiply with weights stored [N, K] (out, in): C = A * B^T + beta * C.
+//
+// Three implementations, chosen in matmul() (see kernels/README.md for the measurements):
+//  * gemv: few rows of A (decode). Memory-bound: every weight is read once, converted to f32
+//    in registers and used for all rows of A, so bf16 weights cost half the bytes of f32.
+//  * gemm_packed: the prefill path. Goto-style blocking: a KC x NC block of B is packed into
+//    32-wide f32 panels (bf16/f16 converted here, once per block, not per use), A is packed
+//    into MR-row micro-panels, and an MR x 32 register tile accumulates with AVX-512 FMAs.
+//  * gemm_blas: OpenBLAS sgemm, the peer the benchmark compares against, and the fallback
+//    when the compiler does not target AVX-512.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "cpu/cpu_ops.hpp"
+#include "cpu/simd.hpp"
+
+namespace trellis::kernels::cpu {
+namespace {
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+// Per-thread scratch that grows to the largest request and is reused across calls.
+float* scratch(std::size_t floats, int which) {
+  thread_local std::unique_ptr<float, FreeDeleter> bufs[2];
+  thread_local std::size_t sizes[2] = {0, 0};
+  auto i = static_cast<std::size_t>(which);
+  if (sizes[i] < floats) {
+    std::size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    bufs[i].reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    if (!bufs[i]) throw_error(ErrorCode::kResourceExhausted, "matmul: cannot allocate {} bytes of scratch", bytes);
+    sizes[i] = floats;
+  }
+  return bufs[i].get();
+}
+
+// ---- small-M path ------------------------------------------------------------------------
+
+template <typename E, int M, int NB>
+void gemv_rows(const GemmArgs& g, std::int64_t n_begin, std::int64_t n_end) {
+  const auto* b = static_cast<const typename E::T*>(g.b);
+  const std::int64_t k = g.k;
+  std::int64_t n = n_begin;
+#ifdef TRELLIS_KERNELS_AVX512
+  for (; n + NB <= n_end; n += NB) {
+    __m512 acc[M][NB];
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_setzero_ps();
+    const typename E::T* rows[NB];
+    for (int j = 0; j < NB; ++j) rows[j] = b + (n + j) * g.ldb;
+    std::int64_t kk = 0;
+    for (; kk + 16 <= k; kk += 16) {
+      __m512 w[NB];
+      for (int j = 0; j < NB; ++j) w[j] = load16<E>(rows[j] + kk);
+      for (int i = 0; i < M; ++i) {
+        __m512 x = _mm512_loadu_ps(g.a + i * g.lda + kk);
+        for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, w[j], acc[i][j]);
+      }
+    }
+    if (kk < k) {
+      int rem = static_cast<int>(k - kk);
+      __m512 w[NB];
+      for (int j = 0; j < NB; ++j) w[j] = load16_partial<E>(rows[j] + kk, rem);
+      for (int i = 0; i < M; ++i) {
+        __m512 x = load16_partial<F32>(g.a + i * g.lda + kk, rem);
+        for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, w[j], acc[i][j]);
+      }
+    }
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < NB; ++j) {
+        float s = hsum(acc[i][j]);
+        float* c = g.c + i * g.ldc + n + j;
+        *c = g.beta == 0.0f ? s : s + g.beta * *c;
+      }
+  }
+#endif
+  for (; n < n_end; ++n) {  // leftover rows (and the whole job without AVX-512)
+    const typename E::T* row = b + n * g.ldb;
+    for (int i = 0; i < M; ++i) {
+      float s = 0;
+      const float* x = g.a + i * g.lda;
+      for (std::int64_t kk = 0; kk < k; ++kk) s += x[kk] * to_f32<E>(row[kk]);
+      float* c = g.c + i * g.ldc + n;
+      *c = g.beta == 0.0f ? s : s + g.beta * *c;
+    }
+  }
+}
+
+template <typename E, int M>
+void gemv_typed(ThreadPool& pool, const GemmArgs& g) {
+  constexpr int kNb = M <= 4 ? 4 : 2;  // keeps M * NB accumulators + loads within 32 zmm
+  // Chunks of 64 rows keep every thread's slice of B contiguous and its stores apart.
+  pool.parallel_for((g.n + 63) / 64, [&](std::int64_t lo, std::int64_t hi) {
+    gemv_rows<E, M, kNb>(g, lo * 64, std::min(hi * 64, g.n));
+  });
+}
+
+template <typename E>
+void gemv_dispatch(ThreadPool& pool, const GemmArgs& g) {
+  switch (g.m) {
+    case 1: return gemv_typed<E, 1>(pool, g);
+    case 2: return gemv_typed<E, 2>(pool, g);
+    case 3: return gemv_typed<E, 3>(pool, g);
+    case 4: return gemv_typed<E, 4>(pool, g);
+    case 5: return gemv_typed<E, 5>(pool, g);
+    case 6: return gemv_typed<E, 6>(pool, g);
+    case 7: return gemv_typed<E, 7>(pool, g);
+    case 8: return gemv_typed<E, 8>(pool, g);
+    default: break;
+  }
+  throw_error(ErrorCode::kInternal, "gemv: {} rows is more than the {} this path handles", g.m, kGemvMaxRows);
+}
+
+// ---- packed GEMM -------------------------------------------------------------------------
+
+constexpr int kNr = 32;        // columns of C per register tile (2 zmm)
+constexpr int kMr = 12;        // rows of C per register tile: 24 accumulators
+constexpr std::int64_t kKc = 256;  // k-block: one B panel (kKc x 32 f32) = 32 KiB, fits L1
+constexpr std::int64_t kNc = 512;  // n-block: packed B block = 512 KiB, fits L2
+
+// bp[p][k][0..32) = B[n0 + 32p + j][k0 + k] as f32, zero beyond N.
+template <typename E>
+void pack_b(const GemmArgs& g, std::int64_t n0, std::int64_t nc, std::int64_t k0, std::int64_t kc, float* bp) {
+  const auto* b = static_cast<const typename E::T*>(g.b);
+  std::int64_t panels = (nc + kNr - 1) / kNr;
+  for (std::int64_t p = 0; p < panels; ++p) {
+    float* dst = bp + p * kc * kNr;
+    for (int j = 0; j < kNr; ++j) {
+      std::int64_t n = n0 + p * kNr + j;
+      if (n >= n0 + nc) {
+        for (std::int64_t kk = 0; kk < kc; ++kk) dst[kk * kNr + j] = 0.0f;
+        continue;
+      }
+      const typename E::T* src = b + n * g.ldb + k0;
+      for (std::int64_t kk = 0; kk < kc; ++kk) dst[kk * kNr + j] = to_f32<E>(src[kk]);
+    }
+  }
+}
+
+#ifdef TRELLIS_KERNELS_AVX512
+// C tile (MR x ncols, ncols <= 32) = A micro-panel (ap[k][MR]) * B panel (bp[k][32]) + beta C.
+template <int MR>
+void micro_kernel(std::int64_t kc, const float* ap, const float* bp, float* c, std::int64_t ldc, int ncols,
+                  float beta) {
+  __m512 acc0[MR], acc1[MR];
+  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (std::int64_t k = 0; k < kc; ++k) {
+    __m512 b0 = _mm512_load_ps(bp + k * kNr), b1 = _mm512_load_ps(bp + k * kNr + 16);
+    for (int i = 0; i < MR; ++i) {
+      __m512 a = _mm512_set1_ps(ap[k * MR + i]);
+      acc0[i] = _mm512_fmadd_ps(a, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(a, b1, acc1[i]);
+    }
+  }
+  auto m0 = static_cast<__mmask16>(ncols >= 16 ? 0xffff : (1u << ncols) - 1u);
+  auto m1 = static_cast<__mmask16>(ncols >= 32 ? 0xffff : ncols <= 16 ? 0 : (1u << (ncols - 16)) - 1u);
+  __m512 vb = _mm512_set1_ps(beta);
+  for (int i = 0; i < MR; ++i) {
+    float* row = c + i * ldc;
+    if (beta != 0.0f) {
+      acc0[i] = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, row), acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, row + 16), acc1[i]);
+    }
+    _mm512_mask_storeu_ps(row, m0, acc0[i]);
+    _mm512_mask_storeu_ps(row + 16, m1, acc1[i]);
+  }
+}
+
+template <int MR>
+void run_row_block(const GemmArgs& g, std::int64_t m0, std::int64_t n0, std::int64_t nc, std::int64_t k0,
+                   std::int64_t kc, const float* bp, float* ap, float beta) {
+  for (std::int64_t kk = 0; kk < kc; ++kk)
+    for (int i = 0; i < MR; ++i) ap[kk * MR + i] = g.a[(m0 + i) * g.lda + k0 + kk];
+  std::int64_t panels = (nc + kNr - 1) / kNr;
+  for (std::int64_t p = 0; p < panels; ++p) {
+    int ncols = static_cast<int>(std::min<std::int64_t>(kNr, nc - p * kNr));
+    micro_kernel<MR>(kc, ap, bp + p * kc * kNr, g.c + m0 * g.ldc + n0 + p * kNr, g.ldc, ncols, beta);
+  }
+}
+
+template <int... Rs>
+void run_row_block_any(int mr, std::integer_sequence<int, Rs...>, const GemmArgs& g, std::int64_t m0,
+                       std::int64_t n0, std::int64_t nc, std::int64_t k0, std::int64_t kc, const float* bp,
+                       float* ap, float beta) {
+  ((mr == Rs + 1 ? run_row_block<Rs + 1>(g, m0, n0, nc, k0, kc, bp, ap, beta) : void()), ...);
+}
+
+template <typename E>
+void gemm_columns(const GemmArgs& g, std::int64_t n_begin, std::int64_t n_end) {
+  float* bp = scratch(static_cast<std::size_t>(kKc * kNc), 0);
+  float* ap = scratch(static_cast<std::size_t>(kKc * kMr), 1);
+  for (std::int64_t n0 = n_begin; n0 < n_end; n0 += kNc) {
+    std::int64_t nc = std::min(kNc, n_end - n0);
+    for (std::int64_t k0 = 0; k0 < g.k; k0 += kKc) {
+      std::int64_t kc = std::min(kKc, g.k - k0);
+      pack_b<E>(g, n0, nc, k0, kc, bp);
+      float beta = k0 == 0 ? g.beta : 1.0f;
+      for (std::int64_t m0 = 0; m0 < g.m; m0 += kMr) {
+        int mr = static_cast<int>(std::min<std::int64_t>(kMr, g.m - m0));
+        run_row_block_any(mr, std::make_integer_sequence<int, kMr>{}, g, m0, n0, nc, k0, kc, bp, ap, beta);
+      }
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+void gemv(ThreadPool& pool, const GemmArgs& g) {
+  dispatch_dtype(g.b_type, "matmul", [&]<typename E>() { gemv_dispatch<E>(pool, g); });
+}
+
+void gemm_packed(ThreadPool& pool, const GemmArgs& g) {
+#ifdef TRELLIS_KERNELS_AVX512
+  if (g.k == 0) {
+    gemm_blas(pool, g);  // only scales C; not worth a path of its own
+    return;
+  }
+  std::int64_t col_blocks = (g.n + kNr - 1) / kNr;
+  dispatch_dtype(g.b_type, "matmul", [&]<typename E>() {
+    pool.parallel_for(col_blocks, [&](std::int64_t lo, std::int64_t hi) {
+      gemm_columns<E>(g, lo * kNr, std::min(hi * kNr, g.n));
+    });
+  });
+#else
+  gemm_blas(pool, g);
+#endif
+}
+
+void gemm_blas(ThreadPool& pool, const GemmArgs& g) {
+  (void)pool;  // OpenBLAS runs its own threads (set to the pool's size by Context)
+  auto m = static_cast<blasint>(g.m), k = static_cast<blasint>(g.k);
+  if (g.b_type == DType::kF32) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<blasint>(g.n), k, 1.0f, g.a,
+                static_cast<blasint>(g.lda), static_cast<const float*>(g.b), static_cast<blasint>(g.ldb), g.beta,
+                g.c, static_cast<blasint>(g.ldc));
+    return;
+  }
+  // Convert 256 weight rows at a time so the f32 copy stays small and cache-warm.
+  constexpr std::int64_t kRows = 256;
+  float* wf = scratch(static_cast<std::size_t>(kRows * std::max<std::int64_t>(g.k, 1)), 0);
+  for (std::int64_t n0 = 0; n0 < g.n; n0 += kRows) {
+    std::int64_t nr = std::min(kRows, g.n - n0);
+    dispatch_dtype(g.b_type, "matmul", [&]<typename E>() {
+      const auto* b = static_cast<const typename E::T*>(g.b);
+      for (std::int64_t r = 0; r < nr; ++r) row_to_f32<E>(b + (n0 + r) * g.ldb, wf + r * g.k, g.k);
+    });
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<blasint>(nr), k, 1.0f, g.a,
+                static_cast<blasint>(g.lda), wf, k, g.beta, g.c + n0, static_cast<blasint>(g.ldc));
+  }
+}
+
+void matmul(ThreadPool& pool, const GemmArgs& g, MatmulAlgo algo) {
+  if (algo == MatmulAlgo::kAuto) algo = g.m <= kGemvMaxRows ? MatmulAlgo::kGemv : MatmulAlgo::kGemm;
+  switch (algo) {
+    case MatmulAlgo::kGemv: return gemv(pool, g);
+    case MatmulAlgo::kBlas: return gemm_blas(pool, g);
+    case MatmulAlgo::kGemm:
+    case MatmulAlgo::kAuto: return gemm_packed(pool, g);
+  }
+}
+
+}  // namespace trellis::kernels::cpu

@@ -1,0 +1,135 @@
+// Device-agnostic entry points: check every operand (device, dtype, shape) and name the one
+// that is wrong, then dispatch to the backend. Only the CPU backend exists so far; a CUDA
+// backend adds its branch in dispatch() without changing any caller.
+#include "trellis/kernels/ops.hpp"
+
+#include "cpu/cpu_ops.hpp"
+#include "trellis/core/error.hpp"
+
+namespace trellis::kernels {
+namespace {
+
+// The matrix form of `v`, after checking it lives on the context's device.
+TensorView mat(const Context& ctx, const char* op, const TensorView& v) {
+  ctx.check_device(op, v);
+  if (v.data == nullptr && v.numel() > 0) throw_error(ErrorCode::kInvalidArgument, "{}: {} has no data", op, v.describe());
+  return v.as_matrix();
+}
+
+void need_f32(const char* op, const TensorView& v) {
+  if (v.dtype != DType::kF32) throw_error(ErrorCode::kInvalidArgument, "{}: {} must be f32", op, v.describe());
+}
+
+void same_shape(const char* op, const TensorView& a, const TensorView& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols())
+    throw_error(ErrorCode::kInvalidArgument, "{}: {} and {} differ in shape", op, a.describe(), b.describe());
+}
+
+void need_cpu(const Context& ctx, const char* op) {
+  if (ctx.device() != Device::kCpu)
+    throw_error(ErrorCode::kUnsupported, "{}: no {} implementation is built", op, to_string(ctx.device()));
+}
+
+}  // namespace
+
+void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const TensorView& y,
+            const MatmulOptions& opt) {
+  const char* op = "matmul";
+  TensorView a = mat(ctx, op, x), b = mat(ctx, op, w), c = mat(ctx, op, y);
+  need_f32(op, a);
+  need_f32(op, c);
+  if (a.cols() != b.cols())
+    throw_error(ErrorCode::kInvalidArgument, "matmul: input {} has {} columns but weight {} has {} (weights are [out, in])",
+                a.describe(), a.cols(), b.describe(), b.cols());
+  if (c.rows() != a.rows() || c.cols() != b.rows())
+    throw_error(ErrorCode::kInvalidArgument, "matmul: output {} should be [{}, {}] for input {} and weight {}",
+                c.describe(), a.rows(), b.rows(), a.describe(), b.describe());
+  if (opt.algo == MatmulAlgo::kGemv && a.rows() > cpu::kGemvMaxRows)
+    throw_error(ErrorCode::kInvalidArgument, "matmul: the gemv algorithm takes at most {} rows; input {} has {}",
+                cpu::kGemvMaxRows, a.describe(), a.rows());
+  need_cpu(ctx, op);
+  if (a.rows() == 0 || b.rows() == 0) return;
+  cpu::GemmArgs g;
+  g.m = a.rows();
+  g.n = b.rows();
+  g.k = a.cols();
+  g.a = a.ptr<const float>();
+  g.lda = a.row_stride();
+  g.b = b.data;
+  g.b_type = b.dtype;
+  g.ldb = b.row_stride();
+  g.c = c.ptr<float>();
+  g.ldc = c.row_stride();
+  g.beta = opt.beta;
+  cpu::matmul(ctx.pool(), g, opt.algo);
+}
+
+void add_bias(const Context& ctx, const TensorView& y, const TensorView& bias) {
+  TensorView c = mat(ctx, "add_bias", y), b = mat(ctx, "add_bias", bias);
+  need_f32("add_bias", c);
+  if (b.rows() != 1 || b.cols() != c.cols())
+    throw_error(ErrorCode::kInvalidArgument, "add_bias: bias {} should be a vector of {}", b.describe(), c.cols());
+  need_cpu(ctx, "add_bias");
+  cpu::add_bias(ctx.pool(), c, b);
+}
+
+void rms_norm(const Context& ctx, const TensorView& x, const TensorView& weight, float eps, const TensorView& y) {
+  TensorView a = mat(ctx, "rms_norm", x), w = mat(ctx, "rms_norm", weight), o = mat(ctx, "rms_norm", y);
+  need_f32("rms_norm", a);
+  need_f32("rms_norm", o);
+  same_shape("rms_norm", a, o);
+  if (w.rows() != 1 || w.cols() != a.cols())
+    throw_error(ErrorCode::kInvalidArgument, "rms_norm: weight {} should be a vector of {}", w.describe(), a.cols());
+  if (!(eps >= 0)) throw_error(ErrorCode::kInvalidArgument, "rms_norm: eps must be >= 0 (got {})", eps);
+  need_cpu(ctx, "rms_norm");
+  cpu::rms_norm(ctx.pool(), a, w, eps, o);
+}
+
+void swiglu(const Context& ctx, const TensorView& gate, const TensorView& up, const TensorView& out) {
+  TensorView g = mat(ctx, "swiglu", gate), u = mat(ctx, "swiglu", up), o = mat(ctx, "swiglu", out);
+  for (const auto* v : {&g, &u, &o}) need_f32("swiglu", *v);
+  same_shape("swiglu", g, u);
+  same_shape("swiglu", g, o);
+  need_cpu(ctx, "swiglu");
+  cpu::swiglu(ctx.pool(), g, u, o);
+}
+
+void add(const Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out) {
+  TensorView x = mat(ctx, "add", a), y = mat(ctx, "add", b), o = mat(ctx, "add", out);
+  for (const auto* v : {&x, &y, &o}) need_f32("add", *v);
+  same_shape("add", x, y);
+  same_shape("add", x, o);
+  need_cpu(ctx, "add");
+  cpu::add(ctx.pool(), x, y, o);
+}
+
+void softmax_rows(const Context& ctx, const TensorView& x) {
+  TensorView m = mat(ctx, "softmax_rows", x);
+  need_f32("softmax_rows", m);
+  need_cpu(ctx, "softmax_rows");
+  cpu::softmax_rows(ctx.pool(), m);
+}
+
+void embedding(const Context& ctx, const TensorView& table, std::span<const std::int32_t> tokens,
+               std::int64_t vocab_begin, const TensorView& out) {
+  TensorView t = mat(ctx, "embedding", table), o = mat(ctx, "embedding", out);
+  need_f32("embedding", o);
+  if (o.rows() != static_cast<std::int64_t>(tokens.size()) || o.cols() != t.cols())
+    throw_error(ErrorCode::kInvalidArgument, "embedding: output {} should be [{}, {}] for table {}", o.describe(),
+                tokens.size(), t.cols(), t.describe());
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0)
+      throw_error(ErrorCode::kInvalidArgument, "embedding: token {} at index {} is negative (table {})", tokens[i], i,
+                  t.describe());
+  need_cpu(ctx, "embedding");
+  cpu::embedding(ctx.pool(), t, tokens, vocab_begin, o);
+}
+
+void convert(const Context& ctx, const TensorView& src, const TensorView& dst) {
+  TensorView s = mat(ctx, "convert", src), d = mat(ctx, "convert", dst);
+  same_shape("convert", s, d);
+  need_cpu(ctx, "convert");
+  cpu::convert(ctx.pool(), s, d);
+}
+
+}  // namespace trellis::kernels

@@ -1,0 +1,121 @@
+// matmul against a double-precision reference, for every algorithm, weight dtype and a set
+// of odd shapes (tails in every blocking dimension), plus strided views and beta.
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "kernels/kernel_test_util.hpp"
+#include "trellis/core/error.hpp"
+
+namespace trellis::kernels {
+namespace {
+
+using test::expect_close;
+using test::random_floats;
+using test::store;
+
+struct Case {
+  std::int64_t m, n, k;
+};
+
+// y = x w^T computed in double from the values the tensors hold (so bf16/f16 rounding of w is
+// not counted as error: only the kernel's f32 summation is).
+std::vector<double> reference(const std::vector<float>& x, const std::vector<float>& w, std::int64_t m,
+                              std::int64_t n, std::int64_t k, double beta, const std::vector<float>& y0) {
+  std::vector<double> y(static_cast<std::size_t>(m * n));
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (std::int64_t p = 0; p < k; ++p) s += static_cast<double>(x[static_cast<std::size_t>(i * k + p)]) * w[static_cast<std::size_t>(j * k + p)];
+      y[static_cast<std::size_t>(i * n + j)] = s + beta * y0[static_cast<std::size_t>(i * n + j)];
+    }
+  return y;
+}
+
+class MatmulTest : public ::testing::TestWithParam<std::tuple<MatmulAlgo, DType, int>> {};
+
+// f32 accumulation of k products of values in [-1, 1): error grows ~ sqrt(k) * eps * k.
+double tolerance(std::int64_t k) { return 2e-6 * static_cast<double>(k); }
+
+TEST_P(MatmulTest, MatchesReference) {
+  auto [algo, wtype, threads] = GetParam();
+  Context ctx(threads);
+  const Case cases[] = {{1, 1, 1}, {1, 37, 19}, {3, 64, 16}, {8, 100, 300}, {13, 33, 257},
+                        {25, 70, 515}, {64, 96, 64}, {2, 513, 1000}, {40, 1030, 270}};
+  std::uint32_t seed = 1;
+  for (const auto& c : cases) {
+    if (algo == MatmulAlgo::kGemv && c.m > 8) continue;
+    auto xs = random_floats(static_cast<std::size_t>(c.m * c.k), seed++);
+    auto ws = random_floats(static_cast<std::size_t>(c.n * c.k), seed++);
+    auto y0 = random_floats(static_cast<std::size_t>(c.m * c.n), seed++);
+    auto x = store(xs, DType::kF32, c.m, c.k);
+    auto w = store(ws, wtype, c.n, c.k);
+    for (float beta : {0.0f, 0.5f}) {
+      auto y = store(y0, DType::kF32, c.m, c.n);
+      matmul(ctx, x.tensor, w.tensor, y.tensor, {beta, algo});
+      auto want = reference(x.exact, w.exact, c.m, c.n, c.k, beta, y0);
+      std::string what = "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                         " beta=" + std::to_string(beta);
+      expect_close(y.tensor.ptr<float>(), want, tolerance(c.k), 1e-5, what.c_str());
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, MatmulTest,
+                         ::testing::Combine(::testing::Values(MatmulAlgo::kAuto, MatmulAlgo::kGemv, MatmulAlgo::kGemm,
+                                                              MatmulAlgo::kBlas),
+                                            ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                                            ::testing::Values(1, 2)));
+
+// Views with row strides wider than their columns: a column slice of x, a row-parallel
+// (column) slice of w, and an output written into the middle of a wider buffer.
+TEST(Matmul, StridedViews) {
+  Context ctx(2);
+  const std::int64_t m = 20, n = 45, k = 70, kfull = 100, nfull = 60;
+  for (MatmulAlgo algo : {MatmulAlgo::kGemm, MatmulAlgo::kBlas, MatmulAlgo::kGemv}) {
+    std::int64_t rows = algo == MatmulAlgo::kGemv ? 5 : m;
+    auto xs = random_floats(static_cast<std::size_t>(rows * kfull), 7);
+    auto ws = random_floats(static_cast<std::size_t>(n * kfull), 8);
+    auto xw = test::f32_tensor(xs, rows, kfull);
+    auto ww = store(ws, DType::kBF16, n, kfull);
+    Tensor yw = Tensor::zeros(DType::kF32, {rows, nfull});
+    TensorView xv = xw.view().slice_cols(10, k), wv = ww.tensor.view().slice_cols(10, k);
+    TensorView yv = yw.view().slice_cols(5, n);
+    matmul(ctx, xv, wv, yv, {0.0f, algo});
+    std::vector<float> xe, we;
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t p = 0; p < k; ++p) xe.push_back(xs[static_cast<std::size_t>(i * kfull + 10 + p)]);
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t p = 0; p < k; ++p) we.push_back(ww.exact[static_cast<std::size_t>(j * kfull + 10 + p)]);
+    auto want = reference(xe, we, rows, n, k, 0.0, std::vector<float>(static_cast<std::size_t>(rows * n)));
+    for (std::int64_t i = 0; i < rows; ++i) {
+      std::vector<double> row(want.begin() + i * n, want.begin() + (i + 1) * n);
+      expect_close(static_cast<float*>(yv.row_ptr(i)), row, tolerance(k), 1e-5, "strided");
+      EXPECT_EQ(yw.ptr<float>()[i * nfull + 4], 0.0f) << "wrote left of the output view";
+      EXPECT_EQ(yw.ptr<float>()[i * nfull + 5 + n], 0.0f) << "wrote right of the output view";
+    }
+  }
+}
+
+TEST(Matmul, ShapeErrorsNameTheTensors) {
+  Context ctx(1);
+  Tensor x = Tensor::zeros(DType::kF32, {2, 8}), w = Tensor::zeros(DType::kBF16, {4, 9}),
+         y = Tensor::zeros(DType::kF32, {2, 4});
+  try {
+    matmul(ctx, x.view().named("hidden"), w.view().named("layers.0.mlp.up_proj.weight"), y);
+    FAIL() << "no error for mismatched inner dimensions";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("layers.0.mlp.up_proj.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("hidden"), std::string::npos) << e.what();
+  }
+  Tensor x9 = Tensor::zeros(DType::kF32, {9, 9});
+  Tensor y9 = Tensor::zeros(DType::kF32, {9, 4});
+  EXPECT_THROW(matmul(ctx, x9, w, y9, {0.0f, MatmulAlgo::kGemv}), Error);
+  Tensor bad_out = Tensor::zeros(DType::kF32, {2, 5});
+  Tensor w8 = Tensor::zeros(DType::kF32, {4, 8});
+  EXPECT_THROW(matmul(ctx, x, w8, bad_out), Error);
+}
+
+}  // namespace
+}  // namespace trellis::kernels
