@@ -20,7 +20,7 @@ Backend parse_backend(std::string_view name) {
 }
 
 std::vector<Backend> built_backends() {
-  std::vector<Backend> out = {Backend::kShm, Backend::kUcx, Backend::kMpi};
+  std::vector<Backend> out = {Backend::kShm, Backend::kUcx, Backend::kTcp, Backend::kMpi};
 #ifdef TRELLIS_HAVE_NCCL
   out.push_back(Backend::kNccl);
 #endif
@@ -28,10 +28,6 @@ std::vector<Backend> built_backends() {
 }
 
 namespace links {
-// Backends still being written: they say so instead of pretending.
-std::unique_ptr<Transport> connect_tcp(Bootstrap&, const std::vector<int>&, const Config&) {
-  throw_error(ErrorCode::kUnsupported, "the tcp link is not implemented yet");
-}
 #ifndef TRELLIS_HAVE_NCCL
 std::unique_ptr<Transport> connect_nccl(Bootstrap&, const std::vector<int>&, const Config&) {
   throw_error(ErrorCode::kUnsupported, "the nccl link is not built: this build has no CUDA/NCCL");
