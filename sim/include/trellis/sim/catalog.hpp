@@ -1,0 +1,97 @@
+// Catalogs the planner predicts from: devices (GPUs and a CPU host), links (NVLink
+// generations, PCIe, InfiniBand, RoCE, TCP, shared memory) and model shapes (public
+// config.json values, or a local config.json). Every entry carries a source note saying
+// where its numbers come from; numbers that are assumptions say so.
+//
+// Dense and sparse FLOP/s are separate fields on purpose: datasheets headline the 2:4
+// structured-sparsity figure, which dense LLM inference never reaches, and planners that
+// read the headline over-predict compute-bound phases twofold. The cost model reads only
+// the dense fields.
+//
+// Catalog lookups are case-insensitive; an unknown name throws kNotFound listing the valid
+// names. All data is immutable and static; functions are thread-safe.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trellis::sim {
+
+enum class DeviceKind { kGpu, kCpu };
+
+// One accelerator or CPU host as the cost model sees it. Bandwidths in bytes/s, FLOP/s per
+// device, memory in bytes.
+struct DeviceSpec {
+  std::string name;               // catalog key, e.g. "H100-SXM"
+  DeviceKind kind = DeviceKind::kGpu;
+  double dense_flops_bf16 = 0;    // dense tensor-core (or SIMD) FLOP/s at 16-bit
+  double sparse_flops_bf16 = 0;   // 2:4 structured-sparse figure, informational only
+  double dense_flops_fp32 = 0;    // used for f32 compute (the CPU path)
+  double memory_bytes = 0;        // device memory (host RAM for kind kCpu)
+  double memory_bandwidth = 0;    // bytes/s
+  std::string intra_link;         // link catalog key between devices of one host
+  std::string host_link;          // link catalog key device <-> host (PCIe gen)
+  double launch_overhead_s = 0;   // fixed cost per kernel-group (one layer) launch
+  std::string source;             // where the numbers come from
+};
+
+// The class of a link, fastest first; mirrors the topology layer's classes.
+enum class LinkKind { kSameProcess, kSharedMemory, kNvlink, kPcie, kRdma, kTcp };
+std::string_view to_string(LinkKind k);
+
+// One link type: per-direction bandwidth of one device's port and the per-step start-up
+// latency alpha of a collective or transfer over it.
+struct LinkSpec {
+  std::string name;        // catalog key, e.g. "nvlink4", "ib-ndr"
+  LinkKind kind = LinkKind::kPcie;
+  double bandwidth = 0;    // bytes/s per direction, per device port
+  double alpha_s = 0;      // start-up latency per communication step
+  std::string source;
+};
+
+// A decoder-only model shape (Llama family: RMSNorm, SwiGLU MLP, GQA, RoPE).
+struct ModelSpec {
+  std::string name;
+  int layers = 0;
+  int hidden = 0;
+  int intermediate = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;        // hidden / heads unless the config says otherwise
+  int vocab = 0;
+  bool tied_embeddings = false;
+  bool qkv_bias = false;
+  int max_positions = 0;
+  std::string source;
+
+  // Parameter counts (elements).
+  double layer_params() const;        // one decoder layer
+  double embedding_params() const;    // token embedding
+  double lm_head_params() const;      // 0 extra when tied (shares the embedding)
+  double total_params() const;
+  // Bytes of K and V for one token in one layer, all KV heads, at `bytes_per_element`.
+  double kv_bytes_per_token_layer(double bytes_per_element) const;
+};
+
+std::span<const DeviceSpec> device_catalog();
+std::span<const LinkSpec> link_catalog();
+std::span<const ModelSpec> model_catalog();
+
+// Lookups by catalog key (case-insensitive; '_' and '-' are interchangeable, and a few
+// aliases like "H100" for "H100-SXM" are accepted). Unknown -> kNotFound with the list.
+const DeviceSpec& find_device(std::string_view name);
+const LinkSpec& find_link(std::string_view name);
+// A catalog model name, or a path to a Hugging Face config.json (or a directory holding
+// one). A malformed file throws kCorruptInput naming the file and the field.
+ModelSpec load_model(std::string_view name_or_path);
+// Parses the text of a config.json; `origin` names it in errors.
+ModelSpec parse_model_config(std::string_view json_text, std::string_view origin);
+
+// The catalog keys, comma-separated, for error messages and --help.
+std::string device_names();
+std::string link_names();
+std::string model_names();
+
+}  // namespace trellis::sim

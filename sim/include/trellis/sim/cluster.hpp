@@ -1,0 +1,53 @@
+// What the planner needs from a topology::Topology: one device type from the catalog, the
+// link between any two devices of a host, and each host's share of the fabric. Built from
+// the Topology value (synthetic spec, XML files or live discovery — the topology layer's
+// three sources), then used to derive the links of any (replicas, p, t) layout with the
+// same policy as topology::place(): ranks fill hosts in order, stage after stage, so a TP
+// group stays inside a host when t divides the devices per host and stage boundaries cross
+// hosts only where the grid wraps onto the next host.
+//
+// Hosts are assumed alike (host 0 stands for all; a different host adds a warning).
+// Pure values; thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "trellis/sim/catalog.hpp"
+#include "trellis/sim/cost_model.hpp"
+#include "trellis/topology/topology.hpp"
+
+namespace trellis::sim {
+
+class Calibration;
+
+struct ClusterView {
+  std::string description;      // "2 hosts x 8 H100-SXM, nvlink, rdma 8 x 50.0 GB/s"
+  int hosts = 1;
+  int devices_per_host = 1;     // ranks per host (GPUs, or NUMA nodes for CPU hosts)
+  DeviceSpec device;            // per rank (a CPU host's figures divided among its ranks)
+  // Link between ranks a and b of one host (indexed [a * devices_per_host + b]).
+  std::vector<LinkCost> intra;
+  LinkCost inter;               // one fabric port between hosts
+  double host_fabric_bandwidth = 0;  // all of a host's fabric ports together, bytes/s
+  double host_link_bandwidth = 0;    // device <-> host (PCIe) cap on a rank's fabric share
+  std::vector<std::string> warnings;
+
+  int ranks() const { return hosts * devices_per_host; }
+};
+
+// Builds the view. `device_override` (a catalog name) replaces the device model the
+// topology reports; without it an unknown model throws kNotFound listing the catalog.
+// `calibration` (may be null) replaces catalog alpha/bandwidth per link class.
+ClusterView make_cluster_view(const topology::Topology& topo, const std::string& device_override = {},
+                              const Calibration* calibration = nullptr);
+
+// Links of one replica's p x t grid placed from rank `first_rank` on (replicas are packed
+// one after another). The worst TP group and each stage boundary's slowest pair.
+LayoutLinks layout_links(const ClusterView& c, int p, int t, int first_rank = 0);
+
+// The catalog device a topology model string names ("NVIDIA H100 80GB HBM3" -> H100-SXM),
+// or nullptr when none matches.
+const DeviceSpec* match_device_model(const std::string& model);
+
+}  // namespace trellis::sim

@@ -1,0 +1,180 @@
+// The planner's refined cost model: predicts TTFT, TPOT, throughput and memory per device of
+// one layout (p stages x t TP ranks, m microbatches, a model variant) on one description of
+// the links. It starts from SiPipe's Appendix A (appendix.hpp) and departs from it where
+// the appendix is too coarse; docs/planner.md lists each departure. In short:
+//  * compute per layer is a roofline (FLOPs vs bytes moved) per module, not one constant C;
+//    decode at small batch is bound by reading weights and KV cache;
+//  * every communication is alpha + bytes/bandwidth on the link class it really uses (TP
+//    group links and each stage boundary separately, from the placement), with a
+//    hierarchical all-reduce when a TP group spans hosts;
+//  * prefill (TTFT) and decode (TPOT) are separate;
+//  * the decode loop is closed: a microbatch's next token needs its previous one, so the
+//    period is max(loop latency, m x slowest stage) and the bubble falls out of it;
+//  * SiPipe's bubble terms (GPU sampling on the last stage, input preparation, metadata
+//    round trips) are charged unless its techniques are switched on;
+//  * variants change how many all-reduces block (standard 2/layer, parallel 1, desync2 1,
+//    desync4 1/2, lp 1 on paired layers, ladder 2 but overlapped with the next module,
+//    nocomm 0);
+//  * memory per device (weights + KV cache + activations + reserve) is checked against
+//    the device memory and the layout rejected with the numbers.
+// Pure functions over values; thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trellis/sim/catalog.hpp"
+
+namespace trellis::sim {
+
+// The communication-reducing model variants (issue 7).
+enum class Variant { kStandard, kParallel, kLadder, kDesync2, kDesync4, kLp, kNocomm };
+std::string_view to_string(Variant v);
+// "standard", "parallel", "ladder", "desync2", "desync4", "lp", "nocomm"; unknown -> kNotFound
+// listing the valid names.
+Variant parse_variant(std::string_view name);
+std::vector<Variant> all_variants();
+
+// One link as the model charges it: alpha per step, bandwidth per direction for this
+// rank's share of the port. `calibrated` says the numbers came from a measurement.
+struct LinkCost {
+  LinkKind kind = LinkKind::kSameProcess;
+  std::string name;        // catalog key or "calibrated:<class>"
+  double alpha_s = 0;
+  double bandwidth = 1;    // bytes/s
+  bool calibrated = false;
+  double max_calibrated_bytes = 0;  // largest message measured (0: not calibrated)
+};
+
+// How the t ranks of one TP group are connected: `ranks_per_host` ranks share a host over
+// `intra`; groups spanning `hosts` hosts also use `inter` (each rank's share of the NICs).
+struct GroupLinks {
+  int ranks = 1;
+  int hosts = 1;
+  LinkCost intra;
+  LinkCost inter;
+};
+
+// Links one layout uses: its TP group and its p-1 stage boundaries (rank j of stage i sends
+// to rank j of stage i+1; `boundaries[i]` is that pair's link share).
+struct LayoutLinks {
+  GroupLinks tp;
+  std::vector<LinkCost> boundaries;
+  std::vector<bool> boundary_crosses_host;
+};
+
+// The work one engine instance serves: `batch` concurrent sequences, each a prompt of
+// `prompt_len` tokens followed by `gen_len` generated tokens. Bytes per element of weights,
+// KV cache and activations (2 for bf16; 4 for the f32 CPU path).
+struct Workload {
+  int batch = 1;
+  int prompt_len = 1024;
+  int gen_len = 512;
+  double weight_bytes = 2;
+  double kv_bytes = 2;
+  double act_bytes = 2;
+};
+
+// SiPipe's three techniques (sipipe.txt section 5); each one removes a bubble term.
+struct PipelineTechniques {
+  bool cpu_sampling = true;      // sampling off the last stage's critical path
+  bool token_safe = true;        // input preparation overlapped with the previous forward
+  bool structure_aware = true;   // no per-iteration metadata exchange; async stage sends
+};
+
+// Host-side costs that no datasheet gives; defaults are assumptions documented in
+// docs/planner.md, replaced by calibration when measured.
+struct HostCosts {
+  double input_prep_s = 150e-6;          // per stage per iteration, fixed part
+  double input_prep_per_seq_s = 2e-6;    // per sequence in the microbatch
+  double gpu_sample_fixed_s = 300e-6;    // per sampling call on the device (launches, sync)
+  double gpu_sample_passes = 8;          // passes over the logits (penalties, softmax, top-k/p)
+  double cpu_sample_rate = 2e9;          // logits elements per second across sampler threads
+  double metadata_s = 200e-6;            // serialise + deserialise per-iteration metadata
+  int metadata_round_trips = 2;          // extra round trips without structure-aware sends
+  double reserve_bytes = 1.5 * 1024 * 1024 * 1024.0;  // runtime context, comm buffers
+  double memory_utilisation = 0.95;      // share of device memory the engine may use
+};
+
+// Efficiency of the roofline ceilings actually reached by inference kernels.
+struct Efficiency {
+  double compute = 0.6;   // share of dense peak FLOP/s in GEMMs
+  double memory = 0.8;    // share of peak memory bandwidth in streaming reads
+};
+
+struct Layout {
+  int p = 1;
+  int t = 1;
+  int microbatches = 1;
+  Variant variant = Variant::kStandard;
+  double lp_fraction = 0.8;   // share of layers in LP pairs (the paper pairs layers 4-29 of 32)
+};
+
+// Everything one prediction needs.
+struct ModelInputs {
+  const ModelSpec* model = nullptr;
+  const DeviceSpec* device = nullptr;
+  Workload work;
+  Layout layout;
+  LayoutLinks links;
+  PipelineTechniques techniques;
+  HostCosts host;
+  Efficiency efficiency;
+  double compute_scale = 1;   // calibration: measured / catalog compute throughput
+  double memory_scale = 1;    // calibration: measured / catalog memory bandwidth
+};
+
+// Seconds per microbatch spent in each term, on the slowest stage of one decode step.
+struct Breakdown {
+  double compute = 0;           // layers + lm head (roofline)
+  double compute_memory_bound = 0;  // share of `compute` where bytes, not FLOPs, bind
+  double tp_comm = 0;           // all-reduce time left exposed
+  double tp_comm_hidden = 0;    // all-reduce time hidden under compute (ladder)
+  double logits_gather = 0;     // vocab-parallel logits gathered for the sampler (last stage)
+  double boundary = 0;          // stage send (plus metadata without SAT)
+  double sampling = 0;          // on the critical path
+  double input_prep = 0;        // on the critical path
+  double bubble = 0;            // per period: time the bottleneck stage idles
+};
+
+struct Memory {
+  double weights = 0;
+  double kv_cache = 0;
+  double activations = 0;
+  double reserve = 0;
+  double total() const { return weights + kv_cache + activations + reserve; }
+};
+
+struct Prediction {
+  bool feasible = true;
+  std::string reason;           // why not feasible, with numbers
+  double ttft_s = 0;            // the last sequence of the batch gets its first token
+  double tpot_s = 0;            // time per output token in steady decode
+  double decode_tokens_per_s = 0;
+  double tokens_per_s = 0;      // generated tokens / (TTFT + gen_len x TPOT), batch-wide
+  Memory memory;                // on the fullest device
+  double capacity = 0;          // usable bytes per device
+  Breakdown decode;             // per decode step of one microbatch, on the slowest stage
+  Breakdown prefill;            // per prefill microbatch, on the slowest stage
+  std::string dominant;         // one line: which term bounds the decode period
+  std::vector<std::string> warnings;  // e.g. a message size outside the calibrated range
+};
+
+// Time of one all-reduce of `bytes` over a TP group (0 for one rank): Rabenseifner
+// (reduce-scatter + all-gather, 2 ceil(log2 t) steps) within a host; hierarchical
+// (intra-host reduce-scatter, inter-host all-reduce of the shard, intra all-gather) across.
+double allreduce_time(const GroupLinks& g, double bytes);
+// Time of a point-to-point transfer: alpha + bytes / bandwidth.
+double transfer_time(const LinkCost& l, double bytes);
+// Roofline time of `flops` and `bytes` on the device at the given efficiencies.
+double roofline_time(const DeviceSpec& d, const Efficiency& e, double flops, double bytes, bool f32);
+
+// Layers per stage: an even split, the first L mod p stages one layer more.
+std::vector<int> layers_per_stage(int layers, int p);
+
+// Predicts one layout. Infeasible layouts (memory, heads not divisible by t, layers < p,
+// microbatches > batch) come back with feasible=false and a reason naming the numbers.
+Prediction predict(const ModelInputs& in);
+
+}  // namespace trellis::sim

@@ -1,0 +1,141 @@
+// Every field is read through one helper that knows the field's path, so a malformed file
+// says which field, not only that parsing failed.
+#include "trellis/sim/calibration.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "catalog_lookup.hpp"
+#include "trellis/core/error.hpp"
+
+namespace trellis::sim {
+namespace {
+
+using nlohmann::json;
+
+struct Reader {
+  std::string_view origin;
+
+  [[noreturn]] void fail(const std::string& path, std::string_view what) const {
+    throw_error(ErrorCode::kCorruptInput, "calibration file {}: field '{}' {}", origin, path, what);
+  }
+  const json& need(const json& j, const char* key, const std::string& path) const {
+    auto it = j.find(key);
+    if (it == j.end()) fail(path + key, "is missing");
+    return *it;
+  }
+  double number(const json& v, const std::string& path, bool positive) const {
+    if (!v.is_number()) fail(path, "must be a number (got " + v.dump() + ")");
+    double d = v.get<double>();
+    if (positive ? !(d > 0) : !(d >= 0)) fail(path, positive ? "must be > 0" : "must be >= 0");
+    return d;
+  }
+  double num(const json& j, const char* key, const std::string& prefix, bool positive = true) const {
+    return number(need(j, key, prefix), prefix + key, positive);
+  }
+};
+
+// Least-squares fit of time = alpha + bytes / bandwidth over the points.
+CalibratedLink fit(const Reader& r, const json& points, const std::string& path) {
+  if (!points.is_array() || points.size() < 2) r.fail(path, "must be an array of at least 2 points");
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, lo = 1e300, hi = 0;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const std::string p = path + "[" + std::to_string(i) + "].";
+    if (!points[i].is_object()) r.fail(path + "[" + std::to_string(i) + "]", "must be an object");
+    const double x = r.num(points[i], "bytes", p), y = r.num(points[i], "seconds", p);
+    n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+    lo = std::min(lo, x), hi = std::max(hi, x);
+  }
+  const double den = n * sxx - sx * sx;
+  if (den <= 0) r.fail(path, "needs points of at least two different sizes");
+  const double slope = (n * sxy - sx * sy) / den;
+  const double alpha = (sy - slope * sx) / n;
+  if (!(slope > 0)) r.fail(path, "do not grow with message size (fitted bandwidth is not positive)");
+  return {std::max(0.0, alpha), 1.0 / slope, lo, hi};
+}
+
+CalibratedLink read_link(const Reader& r, const json& l, const std::string& p) {
+  if (l.contains("points")) return fit(r, l["points"], p + "points");
+  CalibratedLink c;
+  c.alpha_s = r.num(l, "alpha_us", p, false) * 1e-6;
+  c.bandwidth = r.num(l, "bandwidth_GBps", p) * 1e9;
+  c.min_bytes = l.contains("min_bytes") ? r.num(l, "min_bytes", p, false) : 0;
+  c.max_bytes = l.contains("max_bytes") ? r.num(l, "max_bytes", p) : 0;
+  return c;
+}
+
+}  // namespace
+
+LinkKind parse_link_kind(std::string_view name) {
+  const std::string k = detail::catalog_key(name);
+  if (k == "same-process" || k == "self") return LinkKind::kSameProcess;
+  if (k == "shm" || k == "shared-memory" || k == "sm") return LinkKind::kSharedMemory;
+  if (k == "nvlink" || k == "nvl") return LinkKind::kNvlink;
+  if (k == "pcie" || k == "pci") return LinkKind::kPcie;
+  if (k == "rdma" || k == "ib" || k == "roce") return LinkKind::kRdma;
+  if (k == "tcp") return LinkKind::kTcp;
+  throw_error(ErrorCode::kInvalidArgument,
+              "unknown link class '{}'; valid: same-process, shm, nvlink, pcie, rdma, tcp", name);
+}
+
+Calibration Calibration::parse(std::string_view text, std::string_view origin) {
+  Reader r{origin};
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw_error(ErrorCode::kCorruptInput, "calibration file {}: not valid JSON: {}", origin, e.what());
+  }
+  if (!j.is_object()) r.fail("(top level)", "must be a JSON object");
+  Calibration c;
+  c.origin_ = std::string(origin);
+  const json& schema = r.need(j, "schema", "");
+  if (!schema.is_string() || schema.get<std::string>() != "trellis.calibration.v1")
+    r.fail("schema", "must be \"trellis.calibration.v1\" (got " + schema.dump() + ")");
+  if (j.contains("machine") && j["machine"].is_string()) c.machine_ = j["machine"].get<std::string>();
+  if (j.contains("links")) {
+    const json& links = j["links"];
+    if (!links.is_array()) r.fail("links", "must be an array");
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      const std::string p = "links[" + std::to_string(i) + "].";
+      const json& cls = r.need(links[i], "class", p);
+      if (!cls.is_string()) r.fail(p + "class", "must be a string");
+      LinkKind kind;
+      try {
+        kind = parse_link_kind(cls.get<std::string>());
+      } catch (const Error& e) {
+        r.fail(p + "class", e.what());
+      }
+      c.links_[kind] = read_link(r, links[i], p);
+    }
+  }
+  if (j.contains("compute")) {
+    const json& cj = j["compute"];
+    if (!cj.is_object()) r.fail("compute", "must be an object");
+    CalibratedCompute cc;
+    cc.device = cj.value("device", std::string("cpu"));
+    cc.flops = r.num(cj, "flops", "compute.");
+    cc.memory_bandwidth = r.num(cj, "memory_bandwidth", "compute.");
+    c.compute_ = cc;
+  }
+  if (c.links_.empty() && !c.compute_) r.fail("links", "and 'compute' are both absent: nothing to calibrate");
+  return c;
+}
+
+Calibration Calibration::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw_error(ErrorCode::kNotFound, "cannot open calibration file {}", path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return parse(s.str(), path);
+}
+
+const CalibratedLink* Calibration::link(LinkKind kind) const {
+  auto it = links_.find(kind);
+  return it == links_.end() ? nullptr : &it->second;
+}
+
+}  // namespace trellis::sim

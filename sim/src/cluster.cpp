@@ -1,0 +1,189 @@
+// From a Topology to link costs. Bandwidths the topology knows (NVLink lanes, NIC port
+// speed) win over catalog defaults; alpha always comes from the catalog or the calibration,
+// since no topology source measures it.
+#include "trellis/sim/cluster.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "catalog_lookup.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/sim/calibration.hpp"
+
+namespace trellis::sim {
+namespace {
+
+bool starts_with_nvlink(const std::string& s) { return s.rfind("nvlink", 0) == 0; }
+
+LinkKind kind_of(topology::LinkClass c) { return static_cast<LinkKind>(static_cast<int>(c)); }
+
+// Catalog entry standing for a link class on this device type.
+const LinkSpec& default_link(LinkKind k, const DeviceSpec& d) {
+  switch (k) {
+    case LinkKind::kSameProcess: return find_link("same-process");
+    case LinkKind::kSharedMemory: return find_link("shm");
+    case LinkKind::kNvlink: return find_link(starts_with_nvlink(d.intra_link) ? d.intra_link : "nvlink4");
+    case LinkKind::kPcie: return find_link(d.host_link == "shm" ? "pcie4" : d.host_link);
+    case LinkKind::kRdma: return find_link("ib-ndr");
+    case LinkKind::kTcp: return find_link("tcp-10g");
+  }
+  return find_link("tcp-10g");
+}
+
+LinkCost make_cost(LinkKind k, double topo_bandwidth, const DeviceSpec& d, const Calibration* cal) {
+  LinkCost c;
+  c.kind = k;
+  if (const CalibratedLink* m = cal ? cal->link(k) : nullptr) {
+    c.name = fmt::format("calibrated:{}", to_string(k));
+    c.alpha_s = m->alpha_s;
+    c.bandwidth = m->bandwidth;
+    c.calibrated = true;
+    c.max_calibrated_bytes = m->max_bytes;
+    return c;
+  }
+  const LinkSpec& spec = default_link(k, d);
+  c.name = spec.name;
+  c.alpha_s = spec.alpha_s;
+  c.bandwidth = topo_bandwidth > 0 ? topo_bandwidth : spec.bandwidth;
+  return c;
+}
+
+// A CPU host's catalog figures shared among the ranks placed on it.
+DeviceSpec share_cpu(DeviceSpec d, int ranks, double numa_memory) {
+  d.dense_flops_bf16 /= ranks;
+  d.dense_flops_fp32 /= ranks;
+  d.memory_bandwidth /= ranks;
+  d.memory_bytes = numa_memory > 0 ? numa_memory : d.memory_bytes / ranks;
+  return d;
+}
+
+}  // namespace
+
+const DeviceSpec* match_device_model(const std::string& model) {
+  const std::string m = detail::catalog_key(model);
+  auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
+  const char* key = nullptr;
+  if (has("h200")) key = "H200";
+  else if (has("b200")) key = "B200";
+  else if (has("l40s")) key = "L40S";
+  else if (has("h100")) key = has("pcie") ? "H100-PCIe" : "H100-SXM";
+  else if (has("a100")) key = has("pcie") ? "A100-PCIe" : "A100-SXM";
+  else if (m == "cpu") key = "cpu";
+  return key ? &find_device(key) : nullptr;
+}
+
+ClusterView make_cluster_view(const topology::Topology& topo, const std::string& device_override,
+                              const Calibration* cal) {
+  if (topo.hosts.empty()) throw_error(ErrorCode::kInvalidArgument, "the cluster has no hosts");
+  const topology::Host& h0 = topo.hosts.front();
+  ClusterView c;
+  c.hosts = static_cast<int>(topo.hosts.size());
+  const bool gpus = !h0.devices.empty();
+  if (!device_override.empty()) {
+    c.device = find_device(device_override);
+  } else if (gpus) {
+    const DeviceSpec* d = match_device_model(h0.devices.front().model);
+    if (!d)
+      throw_error(ErrorCode::kNotFound, "GPU model '{}' of host {} is not in the catalog; pass --gpu with one of: {}",
+                  h0.devices.front().model, h0.name, device_names());
+    c.device = *d;
+  } else {
+    c.device = find_device("cpu");
+  }
+  const int n = gpus ? static_cast<int>(h0.devices.size()) : std::max<int>(1, static_cast<int>(h0.numa_nodes.size()));
+  c.devices_per_host = n;
+  if (!gpus) c.device = share_cpu(c.device, n, h0.numa_nodes.empty() ? 0 : h0.numa_nodes[0].memory_bytes);
+  else if (h0.devices.front().memory_bytes > 0 && device_override.empty())
+    c.device.memory_bytes = static_cast<double>(h0.devices.front().memory_bytes);
+  // In-host matrix: GPU pairs from the host's links; CPU ranks talk over shared memory.
+  c.intra.assign(static_cast<std::size_t>(n * n), make_cost(LinkKind::kSameProcess, 0, c.device, cal));
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b) c.intra[static_cast<std::size_t>(a * n + b)] = make_cost(
+          gpus ? LinkKind::kPcie : LinkKind::kSharedMemory, 0, c.device, cal);
+  for (const auto& l : h0.links) {
+    if (l.a < 0 || l.b < 0 || l.a >= n || l.b >= n) continue;
+    const LinkCost cost = make_cost(kind_of(l.link_class), l.bandwidth, c.device, cal);
+    c.intra[static_cast<std::size_t>(l.a * n + l.b)] = cost;
+    c.intra[static_cast<std::size_t>(l.b * n + l.a)] = cost;
+  }
+  // Fabric: one port's figures, and the host's ports together.
+  double ports = 0, port_bw = 0;
+  for (const auto& nic : h0.nics)
+    if (nic.bandwidth > 0 && (topo.fabric.link_class == topology::LinkClass::kTcp ||
+                              nic.kind != topology::NicKind::kEthernet)) {
+      ports += 1;
+      port_bw = std::max(port_bw, nic.bandwidth);
+    }
+  if (topo.fabric.bandwidth > 0) port_bw = std::min(port_bw > 0 ? port_bw : topo.fabric.bandwidth, topo.fabric.bandwidth);
+  c.inter = make_cost(kind_of(topo.fabric.link_class), port_bw, c.device, cal);
+  c.host_fabric_bandwidth = c.inter.calibrated ? c.inter.bandwidth : c.inter.bandwidth * std::max(1.0, ports);
+  c.host_link_bandwidth = gpus && h0.devices.front().host_link_bandwidth > 0 ? h0.devices.front().host_link_bandwidth
+                                                                            : default_link(LinkKind::kPcie, c.device).bandwidth;
+  for (const auto& h : topo.hosts)
+    if (h.devices.size() != h0.devices.size() || h.nics.size() != h0.nics.size()) {
+      c.warnings.push_back(fmt::format("hosts differ ({} vs {}); every host is modelled as {}", h.name, h0.name, h0.name));
+      break;
+    }
+  std::set<std::string> classes;
+  for (const auto& l : c.intra) classes.insert(l.name);
+  c.description = fmt::format("{} host(s) x {} {}, in-host {}, fabric {} ({} port(s) x {:.1f} GB/s)", c.hosts, n,
+                              c.device.name, fmt::join(classes, "/"), c.inter.name, ports, c.inter.bandwidth / 1e9);
+  return c;
+}
+
+LayoutLinks layout_links(const ClusterView& c, int p, int t, int first_rank) {
+  const int dph = c.devices_per_host;
+  auto host_of = [&](int r) { return (first_rank + r) / dph; };
+  auto local_of = [&](int r) { return (first_rank + r) % dph; };
+  auto slower = [](const LinkCost& a, const LinkCost& b) {
+    if (a.kind != b.kind) return a.kind > b.kind ? a : b;
+    return a.bandwidth < b.bandwidth ? a : b;
+  };
+  // Every concurrently active rank of a host shares its fabric ports.
+  auto fabric_share = [&](int concurrent) {
+    LinkCost l = c.inter;
+    l.bandwidth = std::min({c.inter.bandwidth, c.host_fabric_bandwidth / std::max(1, concurrent),
+                            c.host_link_bandwidth});
+    return l;
+  };
+  LayoutLinks out;
+  out.tp.ranks = t;
+  out.tp.intra = c.intra.empty() ? LinkCost{} : c.intra[0];
+  bool first = true;
+  for (int s = 0; s < p; ++s) {
+    std::set<int> hosts;
+    for (int j = 0; j < t; ++j) hosts.insert(host_of(s * t + j));
+    out.tp.hosts = std::max(out.tp.hosts, static_cast<int>(hosts.size()));
+    // The slowest in-host pair of this group (pairs on different hosts go over the fabric).
+    for (int a = 0; a < t && t > 1; ++a) {
+      const int ra = s * t + a, rb = s * t + (a + 1) % t;
+      if (host_of(ra) != host_of(rb)) continue;
+      const LinkCost& l = c.intra[static_cast<std::size_t>(local_of(ra) * dph + local_of(rb))];
+      out.tp.intra = first ? l : slower(out.tp.intra, l);
+      first = false;
+    }
+  }
+  out.tp.inter = fabric_share(dph);
+  for (int s = 0; s + 1 < p; ++s) {
+    LinkCost worst;
+    bool crosses = false, have = false;
+    int crossing = 0;
+    for (int j = 0; j < t; ++j) crossing += host_of(s * t + j) != host_of((s + 1) * t + j);
+    for (int j = 0; j < t; ++j) {
+      const int a = s * t + j, b = (s + 1) * t + j;
+      LinkCost l = host_of(a) != host_of(b) ? fabric_share(std::min(crossing, dph))
+                                            : c.intra[static_cast<std::size_t>(local_of(a) * dph + local_of(b))];
+      crosses = crosses || host_of(a) != host_of(b);
+      worst = have ? slower(worst, l) : l;
+      have = true;
+    }
+    out.boundaries.push_back(worst);
+    out.boundary_crosses_host.push_back(crosses);
+  }
+  return out;
+}
+
+}  // namespace trellis::sim

@@ -1,0 +1,239 @@
+// The refined model. Everything here is arithmetic on the inputs; the structure follows one
+// microbatch through the stages (see the header for the list of departures from the
+// appendix and docs/planner.md for the derivation of each term).
+#include "trellis/sim/cost_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "cost_model_internal.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/sim/units.hpp"
+
+namespace trellis::sim {
+namespace {
+
+constexpr std::array kVariantNames = {"standard", "parallel", "ladder", "desync2", "desync4", "lp", "nocomm"};
+
+double log2_steps(int n) { return n <= 1 ? 0 : std::ceil(std::log2(static_cast<double>(n))); }
+
+// Per-rank sizes of one decoder layer's modules for a TP degree.
+struct Shard {
+  double attn_params = 0;  // q, k, v, o (+ bias) held by one rank
+  double mlp_params = 0;   // gate, up, down held by one rank
+  double q_dim = 0;        // query width computed by one rank
+  double kv_heads = 0;     // KV heads held by one rank (replicated when t > kv heads)
+};
+
+Shard shard(const ModelSpec& m, int t) {
+  Shard s;
+  const double q = static_cast<double>(m.heads) * m.head_dim;
+  s.kv_heads = std::max(1.0, static_cast<double>(m.kv_heads) / t);
+  const double kv = s.kv_heads * m.head_dim;
+  s.q_dim = q / t;
+  s.attn_params = m.hidden * s.q_dim + 2.0 * m.hidden * kv + s.q_dim * m.hidden + (m.qkv_bias ? s.q_dim + 2 * kv : 0);
+  s.mlp_params = 3.0 * m.hidden * m.intermediate / t;
+  return s;
+}
+
+struct Roof {
+  double time = 0;
+  double memory_bound_time = 0;
+};
+
+Roof roof(const ModelInputs& in, double flops, double bytes) {
+  const bool f32 = in.work.act_bytes >= 4;
+  const double peak = (f32 ? in.device->dense_flops_fp32 : in.device->dense_flops_bf16) * in.compute_scale;
+  const double tf = flops / (peak * in.efficiency.compute);
+  const double tb = bytes / (in.device->memory_bandwidth * in.memory_scale * in.efficiency.memory);
+  const double t = std::max(tf, tb) + in.device->launch_overhead_s / 2;
+  return {t, tb >= tf ? t : 0};
+}
+
+// Compute of one layer's two modules for `tokens` new tokens of `seqs` sequences that attend
+// over `ctx` positions on average (decode: the cache; prefill: half the prompt, causal).
+struct LayerCompute {
+  Roof attn, mlp;
+};
+
+LayerCompute layer_compute(const ModelInputs& in, double seqs, double tokens, double ctx, bool prefill) {
+  const ModelSpec& m = *in.model;
+  const Shard s = shard(m, in.layout.t);
+  const double wb = in.work.weight_bytes, ab = in.work.act_bytes;
+  const double kv_token = 2.0 * s.kv_heads * m.head_dim * in.work.kv_bytes;
+  const double kv_traffic = prefill ? tokens * kv_token : seqs * ctx * kv_token;
+  LayerCompute c;
+  c.attn = roof(in, 2 * s.attn_params * tokens + 4 * tokens * ctx * s.q_dim,
+                s.attn_params * wb + kv_traffic + 4 * tokens * m.hidden * ab);
+  c.mlp = roof(in, 2 * s.mlp_params * tokens,
+               s.mlp_params * wb + tokens * (2.0 * m.hidden + 3.0 * m.intermediate / in.layout.t) * ab);
+  return c;
+}
+
+// All-reduces a stage of `n` layers issues under a variant, and how much of their time stays
+// exposed. Ladder overlaps each all-reduce with the next module; the stage's last one has
+// nothing after it and stays exposed.
+struct CommCharge {
+  double exposed = 0;
+  double hidden = 0;
+};
+
+CommCharge tp_comm(const ModelInputs& in, int n, double ar, const LayerCompute& lc) {
+  const Layout& l = in.layout;
+  if (l.t <= 1 || n == 0) return {};
+  switch (l.variant) {
+    case Variant::kStandard: return {2.0 * n * ar, 0};
+    case Variant::kParallel:
+    case Variant::kDesync2: return {1.0 * n * ar, 0};
+    case Variant::kDesync4: return {std::ceil(n / 2.0) * ar, 0};
+    case Variant::kLp: {
+      const int paired = 2 * static_cast<int>(std::floor(l.lp_fraction * n / 2.0));
+      return {(2.0 * n - paired) * ar, 0};
+    }
+    case Variant::kLadder: {
+      const double exposed = n * std::max(0.0, ar - lc.mlp.time) +
+                             (n - 1) * std::max(0.0, ar - lc.attn.time) + ar;
+      return {exposed, 2.0 * n * ar - exposed};
+    }
+    case Variant::kNocomm: return {};
+  }
+  return {};
+}
+
+// One stage's costs for one microbatch of one phase.
+struct StageCost {
+  double compute = 0, memory_bound = 0, comm = 0, comm_hidden = 0, send = 0, meta = 0, head = 0, gather = 0;
+  double forward() const { return compute + comm + head + gather; }
+};
+
+StageCost stage_cost(const ModelInputs& in, int stage, int n_layers, double seqs, double tokens, double ctx,
+                     bool prefill) {
+  const ModelSpec& m = *in.model;
+  const int p = in.layout.p, t = in.layout.t;
+  const LayerCompute lc = layer_compute(in, seqs, tokens, ctx, prefill);
+  StageCost c;
+  c.compute = n_layers * (lc.attn.time + lc.mlp.time);
+  c.memory_bound = n_layers * (lc.attn.memory_bound_time + lc.mlp.memory_bound_time);
+  const double msg = tokens * m.hidden * in.work.act_bytes;
+  const CommCharge cc = tp_comm(in, n_layers, allreduce_time(in.links.tp, msg), lc);
+  c.comm = cc.exposed;
+  c.comm_hidden = cc.hidden;
+  if (stage == p - 1) {
+    // Only the last position of each sequence needs logits; vocab-parallel over t ranks,
+    // gathered (f32) for the sampler.
+    const Roof head = roof(in, 2.0 * m.vocab * m.hidden / t * seqs,
+                           static_cast<double>(m.vocab) * m.hidden / t * in.work.weight_bytes);
+    const LinkCost& l = in.links.tp.intra;
+    const double gather = t <= 1 ? 0 : (t - 1) * l.alpha_s + (t - 1.0) / t * seqs * m.vocab * 4 / l.bandwidth;
+    c.head = head.time;
+    c.memory_bound += head.memory_bound_time;
+    c.gather = gather;
+  } else {
+    const LinkCost& b = in.links.boundaries.at(static_cast<std::size_t>(stage));
+    c.send = transfer_time(b, msg);
+    if (!in.techniques.structure_aware)
+      c.meta = in.host.metadata_s + in.host.metadata_round_trips * 2 * b.alpha_s;
+  }
+  return c;
+}
+
+double gpu_sampling(const ModelInputs& in, double seqs) {
+  const double logits = seqs * in.model->vocab * 4.0;
+  return in.host.gpu_sample_fixed_s +
+         in.host.gpu_sample_passes * logits / (in.device->memory_bandwidth * in.efficiency.memory);
+}
+
+double cpu_sampling(const ModelInputs& in, double seqs) { return seqs * in.model->vocab / in.host.cpu_sample_rate; }
+
+}  // namespace
+
+std::string_view to_string(Variant v) { return kVariantNames.at(static_cast<std::size_t>(v)); }
+
+Variant parse_variant(std::string_view name) {
+  for (std::size_t i = 0; i < kVariantNames.size(); ++i)
+    if (name == kVariantNames[i]) return static_cast<Variant>(i);
+  throw_error(ErrorCode::kNotFound, "unknown variant '{}'; valid variants: {}", name,
+              fmt::join(kVariantNames, ", "));
+}
+
+std::vector<Variant> all_variants() {
+  std::vector<Variant> v;
+  for (std::size_t i = 0; i < kVariantNames.size(); ++i) v.push_back(static_cast<Variant>(i));
+  return v;
+}
+
+double transfer_time(const LinkCost& l, double bytes) { return l.alpha_s + bytes / l.bandwidth; }
+
+double allreduce_time(const GroupLinks& g, double bytes) {
+  if (g.ranks <= 1) return 0;
+  if (g.hosts <= 1) {
+    const double t = g.ranks;
+    return 2 * log2_steps(g.ranks) * g.intra.alpha_s + 2 * (t - 1) / t * bytes / g.intra.bandwidth;
+  }
+  const int local = std::max(1, g.ranks / g.hosts);
+  const double l = local, h = g.hosts;
+  double intra = 0;
+  if (local > 1) intra = log2_steps(local) * g.intra.alpha_s + (l - 1) / l * bytes / g.intra.bandwidth;
+  const double shard = bytes / l;
+  const double inter = 2 * log2_steps(g.hosts) * g.inter.alpha_s + 2 * (h - 1) / h * shard / g.inter.bandwidth;
+  return 2 * intra + inter;  // reduce-scatter and all-gather inside each host
+}
+
+double roofline_time(const DeviceSpec& d, const Efficiency& e, double flops, double bytes, bool f32) {
+  const double peak = f32 ? d.dense_flops_fp32 : d.dense_flops_bf16;
+  return std::max(flops / (peak * e.compute), bytes / (d.memory_bandwidth * e.memory));
+}
+
+std::vector<int> layers_per_stage(int layers, int p) {
+  std::vector<int> out(static_cast<std::size_t>(p), layers / p);
+  for (int i = 0; i < layers % p; ++i) ++out[static_cast<std::size_t>(i)];
+  return out;
+}
+
+namespace detail {
+double stage_forward(const ModelInputs& in, int stage, int n, double seqs, double tokens, double ctx,
+                     bool prefill, Breakdown* b, double* send, double* meta) {
+  const StageCost c = stage_cost(in, stage, n, seqs, tokens, ctx, prefill);
+  if (b) {
+    b->compute = c.compute + c.head;
+    b->compute_memory_bound = c.memory_bound;
+    b->tp_comm = c.comm;
+    b->tp_comm_hidden = c.comm_hidden;
+    b->logits_gather = c.gather;
+  }
+  *send = c.send;
+  *meta = c.meta;
+  return c.forward();
+}
+double sampling_time(const ModelInputs& in, double seqs, bool on_cpu) {
+  return on_cpu ? cpu_sampling(in, seqs) : gpu_sampling(in, seqs);
+}
+}  // namespace detail
+
+Prediction predict(const ModelInputs& in) {
+  Prediction out;
+  if (std::string why = shape_problem(in); !why.empty()) {
+    out.feasible = false;
+    out.reason = std::move(why);
+    return out;
+  }
+  const auto split = layers_per_stage(in.model->layers, in.layout.p);
+  out.memory = memory_per_device(in, split);
+  out.capacity = in.device->memory_bytes * in.host.memory_utilisation;
+  if (out.memory.total() > out.capacity) {
+    out.feasible = false;
+    out.reason = fmt::format(
+        "memory: needs {:.1f} GiB per device (weights {:.1f} + KV cache {:.1f} + activations {:.1f} + reserve "
+        "{:.1f}) > {:.1f} GiB usable on {}",
+        out.memory.total() / kGiB, out.memory.weights / kGiB, out.memory.kv_cache / kGiB,
+        out.memory.activations / kGiB, out.memory.reserve / kGiB, out.capacity / kGiB, in.device->name);
+    return out;
+  }
+  assemble(in, split, out);
+  return out;
+}
+
+}  // namespace trellis::sim

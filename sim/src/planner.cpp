@@ -1,0 +1,235 @@
+// Enumeration and ranking. Links are derived once per (replica size, t) and shared by every
+// microbatch count, variant and batch of that grid, which keeps a 1,024-device search well
+// under a second.
+#include "trellis/sim/planner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "trellis/core/error.hpp"
+#include "trellis/sim/appendix.hpp"
+#include "trellis/sim/units.hpp"
+
+namespace trellis::sim {
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// Microbatch counts worth trying: powers of two up to 2p, and p itself, never above batch.
+std::vector<int> microbatch_options(int p, int batch) {
+  std::set<int> m;
+  for (int k = 1; k <= 2 * p && k <= batch; k *= 2) m.insert(k);
+  if (p <= batch) m.insert(p);
+  if (2 * p <= batch) m.insert(2 * p);
+  return {m.begin(), m.end()};
+}
+
+ModelInputs inputs(const PlanRequest& r, const Layout& l, int batch, const LayoutLinks& links) {
+  ModelInputs in;
+  in.model = &r.model;
+  in.device = &r.cluster.device;
+  in.work = r.work;
+  in.work.batch = batch;
+  in.layout = l;
+  in.links = links;
+  in.techniques = r.techniques;
+  in.host = r.host;
+  in.efficiency = r.efficiency;
+  in.compute_scale = r.compute_scale;
+  in.memory_scale = r.memory_scale;
+  return in;
+}
+
+std::string describe_tp_link(const LayoutLinks& l) {
+  if (l.tp.ranks <= 1) return "-";
+  if (l.tp.hosts > 1) return fmt::format("{}+{}x{}", l.tp.intra.name, l.tp.hosts, l.tp.inter.name);
+  return l.tp.intra.name;
+}
+
+void check_calibrated_range(const ModelInputs& in, Prediction& p) {
+  const double msg = in.work.batch * static_cast<double>(in.work.prompt_len) * in.model->hidden * in.work.act_bytes;
+  auto check = [&](const LinkCost& l) {
+    if (l.calibrated && l.max_calibrated_bytes > 0 && msg > l.max_calibrated_bytes)
+      p.warnings.push_back(fmt::format("prefill messages of {:.1f} MiB exceed the calibrated range of {} (max {:.1f} MiB)",
+                                       msg / (1 << 20), l.name, l.max_calibrated_bytes / (1 << 20)));
+  };
+  if (in.layout.t > 1) check(in.links.tp.intra);
+  for (const auto& b : in.links.boundaries) check(b);
+}
+
+}  // namespace
+
+Prediction predict_appendix(const ModelInputs& in, int hosts_spanned) {
+  Prediction out = predict(in);  // memory and shape checks from the refined model
+  if (!out.feasible) return out;
+  const ModelSpec& m = *in.model;
+  ModelInputs one = in;
+  one.layout.t = 1;
+  const double b = std::ceil(static_cast<double>(in.work.batch) / in.layout.microbatches);
+  const bool f32 = in.work.act_bytes >= 4;
+  auto layer_time = [&](double tokens, double ctx) {
+    const double flops = 2 * m.layer_params() * tokens + 4 * tokens * ctx * m.heads * m.head_dim;
+    const double bytes = m.layer_params() * in.work.weight_bytes +
+                         b * ctx * m.kv_bytes_per_token_layer(in.work.kv_bytes);
+    return roofline_time(*in.device, in.efficiency, flops, bytes, f32);
+  };
+  appendix::Symbols x;
+  x.L = m.layers;
+  x.p = in.layout.p;
+  x.t = in.layout.t;
+  x.b = b;
+  x.m = in.layout.microbatches;
+  x.n = hosts_spanned;
+  x.h = m.hidden * in.work.act_bytes;  // so that s*b*h is in bytes
+  x.alpha = in.links.tp.intra.alpha_s;
+  x.B1 = in.links.tp.intra.bandwidth;
+  x.B2 = in.links.tp.hosts > 1 ? in.links.tp.inter.bandwidth : in.links.tp.intra.bandwidth;
+  for (std::size_t i = 0; i < in.links.boundaries.size(); ++i)
+    if (in.links.boundary_crosses_host[i]) x.B2 = in.links.boundaries[i].bandwidth;
+  // Decode: one new token per sequence (s = 1) attending over the cache.
+  x.s = 1;
+  x.C = layer_time(b, in.work.prompt_len + in.work.gen_len / 2.0);
+  const appendix::Prediction d = appendix::predict(x);
+  x.s = in.work.prompt_len;
+  x.C = layer_time(b * in.work.prompt_len, in.work.prompt_len / 2.0);
+  const appendix::Prediction pf = appendix::predict(x);
+  out.tpot_s = d.delay;
+  out.decode_tokens_per_s = d.throughput;
+  out.ttft_s = pf.delay;
+  out.tokens_per_s = in.work.batch * static_cast<double>(in.work.gen_len) / (out.ttft_s + in.work.gen_len * out.tpot_s);
+  out.decode = Breakdown{};
+  out.dominant = "appendix model (SiPipe eq. 1-10): no per-term breakdown";
+  return out;
+}
+
+Candidate evaluate(const PlanRequest& r, int replicas, const Layout& layout, int batch, const LayoutLinks& links) {
+  Candidate c;
+  c.replicas = replicas;
+  c.layout = layout;
+  c.batch = batch;
+  const ModelInputs in = inputs(r, layout, batch, links);
+  c.prediction = r.kind == ModelKind::kAppendix ? predict_appendix(in, links.tp.hosts) : predict(in);
+  c.total_tokens_per_s = replicas * c.prediction.tokens_per_s;
+  c.tp_link = describe_tp_link(links);
+  for (bool x : links.boundary_crosses_host) c.boundary_crosses_host = c.boundary_crosses_host || x;
+  if (!c.prediction.feasible) return c;
+  check_calibrated_range(in, c.prediction);
+  if (r.slo_tpot_s && c.prediction.tpot_s > *r.slo_tpot_s)
+    c.slo_miss = fmt::format("TPOT {:.2f} ms > SLO {:.2f} ms", c.prediction.tpot_s * 1e3, *r.slo_tpot_s * 1e3);
+  else if (r.slo_ttft_s && c.prediction.ttft_s > *r.slo_ttft_s)
+    c.slo_miss = fmt::format("TTFT {:.1f} ms > SLO {:.1f} ms", c.prediction.ttft_s * 1e3, *r.slo_ttft_s * 1e3);
+  return c;
+}
+
+namespace {
+
+// What stopped every layout: the memory shortfall closest to fitting, or the SLO closest
+// to being met, or the shape constraint.
+std::string binding_constraint(const PlanResult& res) {
+  const Candidate* best_mem = nullptr;
+  const Candidate* best_slo = nullptr;
+  std::map<std::string, int> shapes;
+  for (const auto& c : res.rejected) {
+    const auto& p = c.prediction;
+    if (!p.feasible && p.reason.rfind("memory", 0) == 0) {
+      if (!best_mem || p.memory.total() / p.capacity < best_mem->prediction.memory.total() / best_mem->prediction.capacity)
+        best_mem = &c;
+    } else if (!p.feasible) {
+      ++shapes[p.reason];
+    } else if (!best_slo || p.tpot_s + p.ttft_s < best_slo->prediction.tpot_s + best_slo->prediction.ttft_s) {
+      best_slo = &c;
+    }
+  }
+  if (best_slo)
+    return fmt::format("the latency SLO: the closest layout (d={} p={} t={} m={} {} batch {}) has {}", best_slo->replicas,
+                       best_slo->layout.p, best_slo->layout.t, best_slo->layout.microbatches,
+                       to_string(best_slo->layout.variant), best_slo->batch, best_slo->slo_miss);
+  if (best_mem)
+    return fmt::format("device memory: the closest layout (d={} p={} t={} batch {}) {}", best_mem->replicas,
+                       best_mem->layout.p, best_mem->layout.t, best_mem->batch, best_mem->prediction.reason);
+  if (!shapes.empty()) return "model shape: " + shapes.begin()->first;
+  return "no layouts to evaluate (no devices?)";
+}
+
+std::string why_line(const PlanResult& res) {
+  if (res.ranked.empty()) return {};
+  const Candidate& w = res.ranked.front();
+  std::string vs;
+  for (const auto& c : res.ranked)
+    if (c.layout.p != w.layout.p || c.layout.t != w.layout.t) {
+      vs = fmt::format("; best other grid d={} p={} t={} reaches {:.0f} tokens/s ({:.0f}% of the winner)", c.replicas,
+                       c.layout.p, c.layout.t, c.total_tokens_per_s, 100 * c.total_tokens_per_s / w.total_tokens_per_s);
+      break;
+    }
+  return w.prediction.dominant + vs;
+}
+
+}  // namespace
+
+PlanResult plan(const PlanRequest& r) {
+  PlanResult res;
+  const int n = r.devices > 0 ? r.devices : r.cluster.ranks();
+  if (n > r.cluster.ranks())
+    throw_error(ErrorCode::kInvalidArgument, "--gpus {}: the cluster has only {} devices", n, r.cluster.ranks());
+  if (n < 1) throw_error(ErrorCode::kInvalidArgument, "--gpus must be >= 1");
+  res.warnings = r.cluster.warnings;
+  for (int d : divisors(n)) {
+    if (d > 1 && !r.replicas) break;
+    const int per = n / d;
+    for (int t : divisors(per)) {
+      const int p = per / t;
+      if (p > r.model.layers) continue;  // reported once below as a shape constraint
+      const LayoutLinks links = layout_links(r.cluster, p, t);
+      for (Variant v : r.variants)
+        for (int batch : r.batches)
+          for (int m : microbatch_options(p, batch)) {
+            Layout l{p, t, m, v, r.lp_fraction};
+            Candidate c = evaluate(r, d, l, batch, links);
+            ++res.evaluated;
+            if (!c.prediction.feasible || !c.slo_miss.empty()) {
+              if (c.prediction.feasible) res.feasible.push_back(c);
+              res.rejected.push_back(std::move(c));
+            } else {
+              res.feasible.push_back(c);
+              res.ranked.push_back(std::move(c));
+            }
+          }
+    }
+  }
+  std::sort(res.ranked.begin(), res.ranked.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.total_tokens_per_s != b.total_tokens_per_s) return a.total_tokens_per_s > b.total_tokens_per_s;
+    return a.prediction.tpot_s < b.prediction.tpot_s;
+  });
+  if (res.ranked.empty()) res.binding_constraint = binding_constraint(res);
+  res.why = why_line(res);
+  return res;
+}
+
+std::vector<const Candidate*> pareto_front(const std::vector<Candidate>& all, std::optional<Variant> variant) {
+  std::vector<const Candidate*> pts;
+  for (const auto& c : all)
+    if (c.prediction.feasible && (!variant || c.layout.variant == *variant)) pts.push_back(&c);
+  std::sort(pts.begin(), pts.end(), [](const Candidate* a, const Candidate* b) {
+    if (a->prediction.tpot_s != b->prediction.tpot_s) return a->prediction.tpot_s < b->prediction.tpot_s;
+    return a->total_tokens_per_s > b->total_tokens_per_s;
+  });
+  std::vector<const Candidate*> front;
+  double best = -1;
+  for (const Candidate* c : pts)
+    if (c->total_tokens_per_s > best) {
+      front.push_back(c);
+      best = c->total_tokens_per_s;
+    }
+  return front;
+}
+
+}  // namespace trellis::sim

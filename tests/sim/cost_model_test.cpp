@@ -1,0 +1,164 @@
+// The refined model's terms, one at a time, against hand-computed values, then as a whole
+// on shapes whose answer is known in direction (more all-reduces cost more, SiPipe's
+// techniques remove bubble terms, 405B does not fit one GPU).
+#include <gtest/gtest.h>
+
+#include "sim_fixtures.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/sim/units.hpp"
+
+namespace trellis::sim {
+namespace {
+
+using testing::gpu_cluster;
+using testing::inputs;
+
+LinkCost link(double alpha, double bw) {
+  LinkCost l;
+  l.alpha_s = alpha;
+  l.bandwidth = bw;
+  return l;
+}
+
+TEST(CostModel, AllreduceInOneHost) {
+  GroupLinks g{8, 1, link(1e-6, 1e9), link(5e-6, 1e8)};
+  // 2 ceil(log2 8) alpha + 2 (t-1)/t M / bw
+  EXPECT_DOUBLE_EQ(allreduce_time(g, 1e6), 6e-6 + 1.75e-3);
+  g.ranks = 1;
+  EXPECT_EQ(allreduce_time(g, 1e6), 0);
+}
+
+TEST(CostModel, HierarchicalAllreduceAcrossHosts) {
+  GroupLinks g{16, 2, link(1e-6, 1e9), link(5e-6, 1e8)};
+  const double intra = 3e-6 + 7.0 / 8 * 1e6 / 1e9;          // reduce-scatter in a host of 8
+  const double inter = 2 * 5e-6 + 2 * 0.5 * (1e6 / 8) / 1e8;  // all-reduce of the shard over 2 hosts
+  EXPECT_DOUBLE_EQ(allreduce_time(g, 1e6), 2 * intra + inter);
+}
+
+TEST(CostModel, TransferAndStageSplit) {
+  EXPECT_DOUBLE_EQ(transfer_time(link(2e-6, 1e9), 1e3), 3e-6);
+  EXPECT_EQ(layers_per_stage(80, 3), (std::vector<int>{27, 27, 26}));
+  EXPECT_EQ(layers_per_stage(30, 4), (std::vector<int>{8, 8, 7, 7}));
+}
+
+TEST(CostModel, RooflinePicksTheBindingCeiling) {
+  const DeviceSpec& h100 = find_device("H100-SXM");
+  Efficiency e{1.0, 1.0};
+  EXPECT_DOUBLE_EQ(roofline_time(h100, e, 989e12, 1, false), 1.0);      // compute-bound
+  EXPECT_DOUBLE_EQ(roofline_time(h100, e, 1, 3350e9, false), 1.0);      // memory-bound
+}
+
+struct Llama70B : ::testing::Test {
+  ModelSpec model = load_model("llama-3.1-70b");
+  ClusterView one_host = make_cluster_view(gpu_cluster(1, 8));
+  ClusterView two_hosts = make_cluster_view(gpu_cluster(2, 8));
+};
+
+TEST_F(Llama70B, DecodeAtBatchOneIsMemoryBoundAndNearTheWeightReadTime) {
+  Prediction p = predict(inputs(model, one_host, 1, 8, 1, Variant::kStandard, 1));
+  ASSERT_TRUE(p.feasible) << p.reason;
+  EXPECT_DOUBLE_EQ(p.decode.compute_memory_bound, p.decode.compute);
+  // Reading 1/8 of the bf16 weights at 80% of 3.35 TB/s is the floor.
+  const double floor = model.total_params() * 2 / 8 / (3350e9 * 0.8);
+  EXPECT_GT(p.tpot_s, floor);
+  EXPECT_LT(p.tpot_s, 2.5 * floor);
+  EXPECT_NE(p.dominant.find("memory-bound"), std::string::npos) << p.dominant;
+}
+
+TEST_F(Llama70B, VariantsOrderByBlockingAllreduces) {
+  auto comm = [&](Variant v) { return predict(inputs(model, one_host, 1, 8, 1, v, 16)).decode.tp_comm; };
+  const double standard = comm(Variant::kStandard);
+  EXPECT_GT(standard, 0);
+  EXPECT_NEAR(comm(Variant::kParallel), standard / 2, 1e-12);
+  EXPECT_NEAR(comm(Variant::kDesync2), standard / 2, 1e-12);
+  EXPECT_NEAR(comm(Variant::kDesync4), standard / 4, 1e-12);
+  EXPECT_EQ(comm(Variant::kNocomm), 0);
+  EXPECT_LT(comm(Variant::kLp), standard);
+  EXPECT_GT(comm(Variant::kLp), standard / 2);
+  Prediction ladder = predict(inputs(model, one_host, 1, 8, 1, Variant::kLadder, 16));
+  EXPECT_LT(ladder.decode.tp_comm, standard);
+  EXPECT_NEAR(ladder.decode.tp_comm + ladder.decode.tp_comm_hidden, standard, 1e-9);
+}
+
+TEST_F(Llama70B, TpAcrossHostsCostsMoreThanInside) {
+  Prediction in_host = predict(inputs(model, one_host, 1, 8, 1, Variant::kStandard, 16));
+  Prediction across = predict(inputs(model, two_hosts, 1, 16, 1, Variant::kStandard, 16));
+  ASSERT_TRUE(across.feasible) << across.reason;
+  EXPECT_GT(across.decode.tp_comm, in_host.decode.tp_comm);
+}
+
+TEST_F(Llama70B, MicrobatchesFillThePipelineBubble) {
+  Prediction m1 = predict(inputs(model, two_hosts, 4, 4, 1, Variant::kStandard, 64));
+  Prediction m4 = predict(inputs(model, two_hosts, 4, 4, 4, Variant::kStandard, 64));
+  ASSERT_TRUE(m1.feasible && m4.feasible);
+  EXPECT_GT(m1.decode.bubble, 0);
+  EXPECT_LT(m4.decode.bubble, m1.decode.bubble);
+  // Decode is weight-bound: each microbatch re-reads the stage's weights, so microbatches
+  // only win back the KV-cache share of the idle time, not a factor p.
+  EXPECT_GT(m4.decode_tokens_per_s, m1.decode_tokens_per_s);
+  EXPECT_LT(m4.decode_tokens_per_s, 4 * m1.decode_tokens_per_s);
+}
+
+TEST_F(Llama70B, SipipeTechniquesRemoveBubbleTerms) {
+  ModelInputs on = inputs(model, two_hosts, 4, 4, 4, Variant::kStandard, 64);
+  ModelInputs off = on;
+  off.techniques = PipelineTechniques{false, false, false};
+  Prediction a = predict(on), b = predict(off);
+  EXPECT_LT(a.tpot_s, b.tpot_s);
+  EXPECT_EQ(a.decode.sampling, 0);
+  // The slowest stage without the techniques is the last one, which samples on the device.
+  EXPECT_GT(b.decode.sampling, 0);
+  EXPECT_GT(b.decode.input_prep, 0);
+}
+
+TEST_F(Llama70B, PrefillIsComputeBoundAndSlowerThanADecodeStep) {
+  Prediction p = predict(inputs(model, one_host, 1, 8, 1, Variant::kStandard, 8));
+  EXPECT_LT(p.prefill.compute_memory_bound, p.prefill.compute);
+  EXPECT_GT(p.ttft_s, 10 * p.tpot_s);
+}
+
+TEST(CostModelFeasibility, RejectsWithNumbers) {
+  const ModelSpec big = load_model("llama-3.1-405b");
+  ClusterView c = make_cluster_view(gpu_cluster(1, 1));
+  Prediction p = predict(inputs(big, c, 1, 1, 1, Variant::kStandard, 1));
+  EXPECT_FALSE(p.feasible);
+  EXPECT_NE(p.reason.find("memory: needs"), std::string::npos) << p.reason;
+  EXPECT_NE(p.reason.find("GiB usable on H100-SXM"), std::string::npos) << p.reason;
+  const ModelSpec m = load_model("llama-3.1-70b");
+  ClusterView c3 = make_cluster_view(gpu_cluster(1, 3));
+  Prediction q = predict(inputs(m, c3, 1, 3, 1, Variant::kStandard, 1));
+  EXPECT_FALSE(q.feasible);
+  EXPECT_NE(q.reason.find("t=3 does not divide the 64 attention heads"), std::string::npos) << q.reason;
+}
+
+TEST(Cluster, LinksFollowThePlacementPolicy) {
+  ClusterView c = make_cluster_view(gpu_cluster(2, 8));
+  EXPECT_EQ(c.device.name, "H100-SXM");
+  LayoutLinks a = layout_links(c, 2, 8);
+  EXPECT_EQ(a.tp.hosts, 1);
+  EXPECT_EQ(a.tp.intra.kind, LinkKind::kNvlink);
+  EXPECT_EQ(a.boundary_crosses_host, (std::vector<bool>{true}));
+  EXPECT_EQ(a.boundaries[0].kind, LinkKind::kRdma);
+  LayoutLinks b = layout_links(c, 4, 4);
+  EXPECT_EQ(b.boundary_crosses_host, (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(b.boundaries[0].kind, LinkKind::kNvlink);
+  LayoutLinks d = layout_links(c, 1, 16);
+  EXPECT_EQ(d.tp.hosts, 2);
+  // Eight ranks of a host share its eight 50 GB/s ports.
+  EXPECT_DOUBLE_EQ(d.tp.inter.bandwidth, 50e9);
+}
+
+TEST(Cluster, UnknownGpuModelAsksForTheCatalogName) {
+  try {
+    make_cluster_view(gpu_cluster(1, 2, "Tesla K40m"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--gpu"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(make_cluster_view(gpu_cluster(1, 2, "Tesla K40m"), "A100-SXM").device.name, "A100-SXM");
+  EXPECT_EQ(match_device_model("NVIDIA H100 80GB HBM3")->name, "H100-SXM");
+  EXPECT_EQ(match_device_model("NVIDIA H100 PCIe")->name, "H100-PCIe");
+}
+
+}  // namespace
+}  // namespace trellis::sim
