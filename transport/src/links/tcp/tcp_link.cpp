@@ -158,7 +158,7 @@ class TcpLink final : public Link {
         FrameHeader h;
         auto bad = check_frame_header(std::span<const std::byte, kFrameHeaderBytes>(inbuf_.data() + begin_, kFrameHeaderBytes),
                                       max_frame_, h);
-        if (bad) return fail(ErrorCode::kCorruptInput, fmt::format("rank {} sent a {}; connection dropped", peer_, *bad));
+        if (bad) return fail(ErrorCode::kCorruptInput, fmt::format("rank {} sent bad data ({}); connection dropped", peer_, *bad));
         begin_ += kFrameHeaderBytes;
         start_message(h);
         if (cur_.header.length == 0) finish_message();
