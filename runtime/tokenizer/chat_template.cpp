@@ -1,0 +1,57 @@
+// Chat templates. GGUF files carry the model's Jinja template; trellis does not embed a
+// Jinja interpreter, so it recognises the ChatML family (SmolLM2, Qwen, ...) and renders it
+// directly, taking the default system message out of the template text itself.
+#include <string>
+
+#include "trellis/core/error.hpp"
+#include "trellis/runtime/tokenizer/tokenizer.hpp"
+
+namespace trellis::runtime {
+namespace {
+
+// The default system block a ChatML template inserts when messages[0] is not a system
+// message, e.g. "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system
+// ...<|im_end|>\n' }}{% endif %}". Empty when the template has none.
+std::string default_system_block(const std::string& tpl) {
+  const std::string cond = "messages[0]['role'] != 'system'";
+  auto c = tpl.find(cond);
+  if (c == std::string::npos) return {};
+  auto open = tpl.find("{{", c);
+  auto endif = tpl.find("{% endif %}", c);
+  if (open == std::string::npos || endif == std::string::npos || open > endif) return {};
+  auto q1 = tpl.find('\'', open);
+  auto close = tpl.find("}}", open);
+  if (q1 == std::string::npos || close == std::string::npos) return {};
+  auto q2 = tpl.rfind('\'', close);
+  if (q2 == std::string::npos || q2 <= q1) return {};
+  std::string lit = tpl.substr(q1 + 1, q2 - q1 - 1);
+  // Jinja string escapes that occur in templates.
+  std::string out;
+  for (std::size_t i = 0; i < lit.size(); ++i) {
+    if (lit[i] == '\\' && i + 1 < lit.size()) {
+      char n = lit[++i];
+      out += n == 'n' ? '\n' : n;
+    } else {
+      out += lit[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>& messages,
+                                           bool add_generation_prompt) const {
+  const std::string& tpl = chat_template();
+  if (tpl.empty()) throw_error(ErrorCode::kUnsupported, "the model has no tokenizer.chat_template");
+  if (tpl.find("<|im_start|>") == std::string::npos)
+    throw_error(ErrorCode::kUnsupported, "chat template is not ChatML (trellis renders ChatML only): '{}'",
+                tpl.substr(0, 80));
+  std::string out;
+  if (!messages.empty() && messages[0].role != "system") out += default_system_block(tpl);
+  for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+}  // namespace trellis::runtime

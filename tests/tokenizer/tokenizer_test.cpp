@@ -1,0 +1,145 @@
+// Tokenizer tests: the pre-tokenizer's pattern on hand-checked cases, byte-level round
+// trips on every string of strings.json, special tokens and the chat template. On a tiny
+// vocabulary written through the GGUF writer, and on SmolLM2's real one when installed.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gguf/gguf_test_util.hpp"
+#include "gguf/smollm2_path.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/runtime/checkpoint/gguf_writer.hpp"
+#include "trellis/runtime/tokenizer/tokenizer.hpp"
+
+namespace trellis::runtime {
+namespace {
+
+using gguf::Value;
+
+std::vector<std::string> strings_json() {
+  std::ifstream in(std::string(TRELLIS_SOURCE_DIR) + "/tests/tokenizer/strings.json");
+  std::vector<std::string> out;
+  for (const auto& s : nlohmann::json::parse(in)) out.push_back(s.get<std::string>());
+  return out;
+}
+
+// A byte-level vocabulary: the 256 byte symbols, a few merges, two control tokens.
+Tokenizer tiny_tokenizer(const std::string& pre, const std::filesystem::path& dir) {
+  std::vector<std::string> tokens = {"<|im_start|>", "<|im_end|>"};
+  std::vector<std::int32_t> types = {3, 3};
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    char32_t c = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(next++);
+    std::string s;
+    if (c < 0x80) s += static_cast<char>(c);
+    else s += static_cast<char>(0xc0 | (c >> 6)), s += static_cast<char>(0x80 | (c & 0x3f));
+    tokens.push_back(s);
+    types.push_back(1);
+  }
+  std::vector<std::string> merges = {"h e", "l l", "he ll", "hell o", "Ġ w"};
+  for (const char* t : {"he", "ll", "hell", "hello", "Ġw"}) tokens.push_back(t), types.push_back(1);
+  gguf::GgufWriter w;
+  w.set("tokenizer.ggml.model", Value::of_string("gpt2"));
+  w.set("tokenizer.ggml.pre", Value::of_string(pre));
+  w.set("tokenizer.ggml.tokens", Value::of_strings(tokens));
+  w.set("tokenizer.ggml.token_type", Value::of_i32s(types));
+  w.set("tokenizer.ggml.merges", Value::of_strings(merges));
+  w.set("tokenizer.ggml.bos_token_id", Value::of_u32(0));
+  w.set("tokenizer.ggml.eos_token_id", Value::of_u32(1));
+  w.set("tokenizer.chat_template",
+        Value::of_string("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                         "{{ '<|im_start|>system\\nBe brief.<|im_end|>\\n' }}{% endif %}"
+                         "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+                         "'\\n'}}{% endfor %}"));
+  auto path = dir / ("tok_" + pre + ".gguf");
+  w.write(path, [](const gguf::TensorEntry&, float*) {});
+  return Tokenizer::from_gguf(path);
+}
+
+class TokenizerTiny : public ::testing::Test {
+ protected:
+  std::filesystem::path dir_ = test::scratch_dir("tok");
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+};
+
+TEST_F(TokenizerTiny, PreTokenizerPattern) {
+  auto t = tiny_tokenizer("smollm", dir_);
+  using V = std::vector<std::string>;
+  EXPECT_EQ(t.pre_tokenize("Hello world"), (V{"Hello", " world"}));
+  EXPECT_EQ(t.pre_tokenize("I'm here, they'll"), (V{"I", "'m", " here", ",", " they", "'ll"}));
+  EXPECT_EQ(t.pre_tokenize("a   b"), (V{"a", "  ", " b"}));
+  EXPECT_EQ(t.pre_tokenize("a\n\nb"), (V{"a", "\n", "\n", "b"}));
+  EXPECT_EQ(t.pre_tokenize("end  "), (V{"end", "  "}));
+  EXPECT_EQ(t.pre_tokenize("x 123y"), (V{"x", " ", "1", "2", "3", "y"}));
+  EXPECT_EQ(t.pre_tokenize("f(x)+= 1;"), (V{"f", "(", "x", ")+=", " ", "1", ";"}));
+  EXPECT_EQ(t.pre_tokenize("café 日本"), (V{"café", " 日本"}));
+  auto g = tiny_tokenizer("gpt2", dir_);
+  EXPECT_EQ(g.pre_tokenize("x 123y"), (V{"x", " 123", "y"}));
+}
+
+TEST_F(TokenizerTiny, MergesSpecialsAndRoundTrip) {
+  auto t = tiny_tokenizer("smollm", dir_);
+  auto ids = t.encode("hello world");
+  // "hello" merges fully; " world" -> "Ġw" then single bytes.
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(t.token_bytes(ids[0]), "hello");
+  EXPECT_EQ(t.token_bytes(ids[1]), " w");
+  EXPECT_EQ(t.decode(ids), "hello world");
+  auto s = t.encode("<|im_start|>hello<|im_end|>");
+  EXPECT_EQ(s.front(), 0);
+  EXPECT_EQ(s.back(), 1);
+  EXPECT_EQ(t.decode(s, /*skip_special=*/true), "hello");
+  EXPECT_EQ(t.encode("<|im_start|>", /*parse_special=*/false).size(), 12u);  // plain bytes
+  for (const std::string& str : strings_json()) ASSERT_EQ(t.decode(t.encode(str, false)), str);
+  std::string bin;
+  for (int b = 0; b < 256; ++b) bin += static_cast<char>(b);  // invalid UTF-8 survives too
+  EXPECT_EQ(t.decode(t.encode(bin, false)), bin);
+  EXPECT_THROW(t.token_bytes(100000), Error);
+}
+
+TEST_F(TokenizerTiny, ChatTemplateChatML) {
+  auto t = tiny_tokenizer("smollm", dir_);
+  EXPECT_EQ(t.apply_chat_template({{"user", "Hi"}}),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(t.apply_chat_template({{"system", "S"}, {"user", "U"}}, false),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n");
+}
+
+TEST_F(TokenizerTiny, UnsupportedModelNamesTheFile) {
+  gguf::GgufWriter w;
+  w.set("tokenizer.ggml.model", Value::of_string("llama"));
+  auto path = dir_ / "spm.gguf";
+  w.write(path, [](const gguf::TensorEntry&, float*) {});
+  try {
+    Tokenizer::from_gguf(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos);
+  }
+}
+
+TEST(TokenizerSmolLM2, RealVocabulary) {
+  const std::string path = test::smollm2_gguf_path();
+  if (path.empty()) GTEST_SKIP() << test::kNoSmollm2;
+  auto t = Tokenizer::from_gguf(std::filesystem::path(path));
+  EXPECT_EQ(t.vocab_size(), 49152);
+  EXPECT_EQ(t.bos_id(), 1);
+  EXPECT_EQ(t.eos_id(), 2);
+  EXPECT_EQ(t.pre_tokenizer(), "smollm");
+  EXPECT_FALSE(t.add_bos_default());
+  for (const std::string& s : strings_json()) ASSERT_EQ(t.decode(t.encode(s)), s) << s;
+  auto chat = t.apply_chat_template({{"user", "What is 2+2?"}});
+  EXPECT_EQ(chat,
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
+  auto ids = t.encode(chat);
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(ids.back(), 198);  // "\n" after "assistant" (Ċ)
+}
+
+}  // namespace
+}  // namespace trellis::runtime
