@@ -15,6 +15,8 @@ constexpr std::array kCommands = {
     CommandSpec{"bench ring",
                 "Pass messages around a ring of ranks over MPI and report latency and bandwidth",
                 &define_bench_ring},
+    CommandSpec{"topo", "Show hosts, GPUs, NICs and their links (live, hwloc XML or synthetic) and place a PP x TP grid",
+                &define_topo},
 };
 
 }  // namespace

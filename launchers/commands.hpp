@@ -33,5 +33,6 @@ std::span<const GroupSpec> all_groups();
 // One define function per command, each in its cmd_*.cpp.
 Action define_info(CLI::App& sub);
 Action define_bench_ring(CLI::App& sub);
+Action define_topo(CLI::App& sub);
 
 }  // namespace trellis::launchers

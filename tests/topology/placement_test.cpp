@@ -1,0 +1,215 @@
+// Placement of the PP x TP grid on synthetic clusters and on the real captures, with and
+// without NVLink, and the constraints that reject impossible grids.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "trellis/core/error.hpp"
+#include "trellis/topology/discovery.hpp"
+#include "trellis/topology/placement.hpp"
+
+namespace trellis::topology {
+namespace {
+
+const char* kTwoByEightH100 = "hosts=2,gpus=8,gpu=H100-SXM,nvlink=all,nics=8x400g-ib";
+
+std::set<int> hosts_of_stage(const Placement& pl, int s) {
+  std::set<int> out;
+  for (int i = 0; i < pl.tp; ++i) out.insert(pl.ranks[pl.rank_at(s, i)].host);
+  return out;
+}
+
+void expect_grid_is_a_permutation(const Placement& pl) {
+  std::set<std::pair<int, int>> cells;
+  for (std::size_t r = 0; r < pl.ranks.size(); ++r) {
+    EXPECT_EQ(pl.ranks[r].rank, static_cast<int>(r));
+    cells.insert({pl.ranks[r].stage, pl.ranks[r].tp});
+  }
+  EXPECT_EQ(cells.size(), pl.ranks.size());
+  EXPECT_EQ(pl.tp_groups.size(), static_cast<std::size_t>(pl.pp));
+  EXPECT_EQ(pl.boundaries.size(), static_cast<std::size_t>(pl.pp - 1));
+}
+
+TEST(Placement, TwoHostsP2T8KeepsEachTpGroupOnOneHost) {
+  Topology t = parse_synthetic(kTwoByEightH100);
+  Placement pl = place(ModelShape{32, 32, 8}, t, 2, 8);
+  expect_grid_is_a_permutation(pl);
+  EXPECT_EQ(pl.kind, RankKind::kGpu);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(hosts_of_stage(pl, s), (std::set<int>{s}));
+    EXPECT_EQ(pl.tp_groups[s].link_class, LinkClass::kNvlink);
+    EXPECT_DOUBLE_EQ(pl.tp_groups[s].bandwidth, 450e9);
+  }
+  EXPECT_EQ(pl.boundaries[0].link_class, LinkClass::kRdma);
+  EXPECT_DOUBLE_EQ(pl.boundaries[0].bandwidth, 400e9 / 8);
+  // Each GPU uses the NIC on its own PCIe switch: 8 GPUs, 8 NICs, all distinct per host.
+  std::set<std::pair<int, std::string>> nics;
+  for (const auto& r : pl.ranks) nics.insert({r.host, r.nic});
+  EXPECT_EQ(nics.size(), 16u);
+}
+
+TEST(Placement, TwoHostsP4T4PutsTwoStagesPerHost) {
+  Topology t = parse_synthetic(kTwoByEightH100);
+  Placement pl = place(ModelShape{32, 32, 8}, t, 4, 4);
+  expect_grid_is_a_permutation(pl);
+  EXPECT_EQ(hosts_of_stage(pl, 0), (std::set<int>{0}));
+  EXPECT_EQ(hosts_of_stage(pl, 1), (std::set<int>{0}));
+  EXPECT_EQ(hosts_of_stage(pl, 2), (std::set<int>{1}));
+  EXPECT_EQ(hosts_of_stage(pl, 3), (std::set<int>{1}));
+  for (const auto& g : pl.tp_groups) EXPECT_EQ(g.link_class, LinkClass::kNvlink);
+  // Only the middle boundary crosses hosts.
+  EXPECT_EQ(pl.boundaries[0].link_class, LinkClass::kNvlink);
+  EXPECT_EQ(pl.boundaries[1].link_class, LinkClass::kRdma);
+  EXPECT_EQ(pl.boundaries[2].link_class, LinkClass::kNvlink);
+  EXPECT_EQ(pl.layers_per_stage(), (std::vector<int>{8, 8, 8, 8}));
+}
+
+TEST(Placement, NoNvlinkTurnsTheSameGridsIntoPcie) {
+  Topology t = parse_synthetic(kTwoByEightH100);
+  PlaceOptions o;
+  o.no_nvlink = true;
+  Placement a = place(ModelShape{32, 32, 8}, t, 2, 8, o);
+  EXPECT_TRUE(a.nvlink_disabled);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(hosts_of_stage(a, s), (std::set<int>{s}));
+    EXPECT_EQ(a.tp_groups[s].link_class, LinkClass::kPcie);
+  }
+  EXPECT_EQ(a.boundaries[0].link_class, LinkClass::kRdma);
+  Placement b = place(ModelShape{32, 32, 8}, t, 4, 4, o);
+  for (const auto& g : b.tp_groups) EXPECT_EQ(g.link_class, LinkClass::kPcie);
+  EXPECT_EQ(b.boundaries[0].link_class, LinkClass::kPcie);
+  EXPECT_EQ(b.boundaries[1].link_class, LinkClass::kRdma);
+  // A TP group of 4 stays on one NUMA node's GPUs when it can (GPUs 0-3 on NUMA 0).
+  std::set<int> numa;
+  for (int i = 0; i < 4; ++i) numa.insert(b.ranks[b.rank_at(0, i)].numa);
+  EXPECT_EQ(numa.size(), 1u);
+  EXPECT_NE(place(ModelShape{32, 32, 8}, t, 2, 8), a);
+}
+
+TEST(Placement, NvlinkPairsGroupTheIslands) {
+  Topology t = parse_synthetic("gpus=4,gpu=V100-SXM2,nvlink=pairs,nics=0");
+  Placement pl = place(ModelShape{4, 8, 8}, t, 2, 2);
+  EXPECT_EQ(pl.tp_groups[0].link_class, LinkClass::kNvlink);
+  EXPECT_EQ(pl.tp_groups[1].link_class, LinkClass::kNvlink);
+  EXPECT_EQ(pl.boundaries[0].link_class, LinkClass::kPcie);
+  std::set<int> g0 = {pl.ranks[pl.rank_at(0, 0)].device, pl.ranks[pl.rank_at(0, 1)].device};
+  EXPECT_TRUE(g0 == (std::set<int>{0, 1}) || g0 == (std::set<int>{2, 3}));
+}
+
+TEST(Placement, CpuRanksGetDisjointCoresOnTheirNumaNode) {
+  Topology t = parse_synthetic("hosts=2,sockets=2,cores=8,smt=2,nics=1x25g-eth");
+  PlaceOptions o;
+  o.cpu_ranks_per_host = 4;
+  Placement pl = place(ModelShape{8, 8, 4}, t, 2, 4, o);
+  EXPECT_EQ(pl.kind, RankKind::kCpu);
+  std::map<int, std::set<int>> used;  // host -> PUs
+  for (const auto& r : pl.ranks) {
+    EXPECT_EQ(r.device, -1);
+    EXPECT_EQ(r.cores.size(), 8u);  // 8 cores per NUMA node, 2 ranks per node: 4 cores x 2 threads
+    for (int pu : r.cores) EXPECT_TRUE(used[r.host].insert(pu).second) << "PU " << pu << " used twice";
+    EXPECT_EQ(r.nic, "eth0");
+  }
+  EXPECT_EQ(hosts_of_stage(pl, 0), (std::set<int>{0}));
+  EXPECT_EQ(pl.tp_groups[0].link_class, LinkClass::kSharedMemory);
+  EXPECT_EQ(pl.boundaries[0].link_class, LinkClass::kTcp);
+  EXPECT_EQ(ranks_available(t, o), 8);
+}
+
+TEST(Placement, DiscoveredRanksAreMappedByHost) {
+  // Ranks 0 and 2 on node0, 1 and 3 on node1 (round-robin mpirun): TP groups by host.
+  Topology t = parse_synthetic("hosts=2,sockets=1,cores=4");
+  t.ranks = {{0, 0, 100, {}}, {1, 1, 101, {}}, {2, 0, 102, {}}, {3, 1, 103, {}}};
+  Placement pl = place(ModelShape{4, 4, 2}, t, 2, 2);
+  EXPECT_EQ(pl.rank_at(0, 0), 0);
+  EXPECT_EQ(pl.rank_at(0, 1), 2);
+  EXPECT_EQ(pl.rank_at(1, 0), 1);
+  EXPECT_EQ(pl.rank_at(1, 1), 3);
+  EXPECT_EQ(pl.tp_groups[0].link_class, LinkClass::kSharedMemory);
+  EXPECT_EQ(pl.boundaries[0].link_class, LinkClass::kTcp);
+  EXPECT_THROW(place(ModelShape{4, 4, 2}, t, 1, 2), Error);  // 2 != 4 discovered ranks
+}
+
+std::string placement_error(const ModelShape& m, const Topology& t, int p, int tp) {
+  try {
+    place(m, t, p, tp);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Placement, EachImpossibleGridNamesItsConstraint) {
+  Topology t = parse_synthetic(kTwoByEightH100);
+  EXPECT_NE(placement_error({32, 32, 8}, t, 2, 4).find("p x t = 2 x 4 = 8 must equal the ranks available: 16"),
+            std::string::npos);
+  EXPECT_NE(placement_error({32, 36, 12}, t, 2, 8).find("attention heads (36) must be divisible by t=8"),
+            std::string::npos);
+  EXPECT_NE(placement_error({32, 32, 4}, t, 2, 8).find("KV heads (4) must be divisible by t=8"), std::string::npos);
+  EXPECT_NE(placement_error({2, 32, 8}, t, 4, 4).find("layers (2) must be >= p=4"), std::string::npos);
+  EXPECT_NE(placement_error({32, 32, 8}, t, 0, 16).find("p=0"), std::string::npos);
+  PlaceOptions gpu;
+  gpu.kind = RankKind::kGpu;
+  EXPECT_THROW(place({32, 32, 8}, parse_synthetic("hosts=2"), 1, 2, gpu), Error);
+}
+
+std::string shared_file(const std::string& name) {
+  const char* root = std::getenv("TRELLIS_SHARED");
+  if (!root) return {};
+  auto p = std::filesystem::path(root) / "topologies" / name;
+  return std::filesystem::exists(p) ? p.string() : std::string();
+}
+
+TEST(Placement, Dgx2AndItsNoNvlinkTwin) {
+  const std::string f = shared_file("hwloc-nvidia-dgx2.xml");
+  if (f.empty()) GTEST_SKIP();
+  Topology t = load_xml_hosts({f});
+  Placement pl = place(ModelShape{32, 32, 8}, t, 2, 8);
+  EXPECT_EQ(pl.tp_groups[0].link_class, LinkClass::kNvlink);
+  EXPECT_EQ(pl.boundaries[0].link_class, LinkClass::kNvlink);
+  // Stage 0 = the 8 GPUs of socket 0, so their cores are socket 0's.
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(pl.ranks[pl.rank_at(0, i)].numa, 0);
+  PlaceOptions o;
+  o.no_nvlink = true;
+  Placement pn = place(ModelShape{32, 32, 8}, t, 2, 8, o);
+  EXPECT_EQ(pn.tp_groups[0].link_class, LinkClass::kPcie);
+  EXPECT_EQ(pn.boundaries[0].link_class, LinkClass::kPcie);
+}
+
+TEST(Placement, Power8PairsBecomeTheTpGroups) {
+  const std::string f = shared_file("hwloc-power8-4gpu-nvlink.xml");
+  if (f.empty()) GTEST_SKIP();
+  Topology t = load_xml_hosts({f});
+  Placement pl = place(ModelShape{24, 16, 4}, t, 2, 2);
+  EXPECT_EQ(pl.tp_groups[0].link_class, LinkClass::kNvlink);
+  EXPECT_EQ(pl.tp_groups[1].link_class, LinkClass::kNvlink);
+  EXPECT_EQ(pl.boundaries[0].link_class, LinkClass::kPcie);
+  Placement whole = place(ModelShape{24, 16, 4}, t, 1, 4);
+  EXPECT_EQ(whole.tp_groups[0].link_class, LinkClass::kPcie);  // the pairs are not linked
+}
+
+TEST(Placement, JurecaRanksUseTheNicOnTheirSwitch) {
+  const std::string f = shared_file("hwloc-jureca-dc-4a100-4mlx5.xml");
+  if (f.empty()) GTEST_SKIP();
+  Topology t = load_xml_hosts({"2x" + f});
+  Placement pl = place(ModelShape{32, 32, 8}, t, 2, 4);
+  const char* want[] = {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"};
+  for (const auto& r : pl.ranks) EXPECT_EQ(r.nic, want[r.device]) << "rank " << r.rank;
+  EXPECT_EQ(pl.boundaries[0].link_class, LinkClass::kRdma);
+  for (const auto& r : pl.ranks) EXPECT_FALSE(r.cores.empty());
+}
+
+TEST(Placement, JsonRoundTripAndPrinting) {
+  Topology t = parse_synthetic(kTwoByEightH100);
+  Placement pl = place(ModelShape{32, 32, 8}, t, 4, 4);
+  EXPECT_EQ(placement_from_json_text(placement_to_json_text(pl)), pl);
+  const std::string text = format_placement(pl, t);
+  EXPECT_NE(text.find("stage boundaries"), std::string::npos);
+  EXPECT_NE(text.find("rdma"), std::string::npos);
+  EXPECT_THROW(placement_from_json_text("{\"pp\": 1}"), Error);
+}
+
+}  // namespace
+}  // namespace trellis::topology
