@@ -95,4 +95,9 @@ std::unique_ptr<Group> make_shm_group(Bootstrap& world, const std::vector<int>& 
 std::unique_ptr<Group> make_ring_group(Bootstrap& world, const std::vector<int>& members,
                                        const GroupOptions& options, const Config& config);
 
+// Open MPI's own blocking MPI_Allreduce on `members` (collective over the world, like
+// make_mpi_group): the peer `trellis bench comm` measures in the same run. It has no
+// deadline (MPI's blocking call cannot take one), so it is for benchmarks only.
+std::unique_ptr<Group> make_mpi_peer_group(Bootstrap& world, const std::vector<int>& members);
+
 }  // namespace trellis::transport
