@@ -3,10 +3,11 @@
 // kill itself with SIGKILL mid-exchange (--die-rank/--die-after) or stop talking
 // (--mute-rank: alive, silent, like a host behind a downed link). Each surviving rank
 // writes OUT/rank<R>.txt: "fail <seconds> <message>" when a wait failed (the message must
-// name the peer), or "ok" when every round completed; it exits 3 on failure.
+// name the peer), or "ok" when every round completed; it exits 3 on failure. After connect
+// it writes OUT/rank<R>.started, so a script knows when to break a link.
 //
 // Usage: link_fault_probe BACKEND DEADLINE_MS OUT_DIR [--die-rank R --die-after N]
-//        [--mute-rank R --mute-after N] [--rounds N]
+//        [--mute-rank R --mute-after N] [--rounds N] [--round-ms MS (pause per round)]
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
@@ -31,7 +32,7 @@ namespace {
 struct Options {
   std::string backend, out;
   long deadline_ms = 3000;
-  int die_rank = -1, die_after = 0, mute_rank = -1, mute_after = 0, rounds = 200;
+  int die_rank = -1, die_after = 0, mute_rank = -1, mute_after = 0, rounds = 200, round_ms = 0;
 };
 
 Options parse(int argc, char** argv) {
@@ -51,6 +52,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--mute-rank") o.mute_rank = v;
     else if (k == "--mute-after") o.mute_after = v;
     else if (k == "--rounds") o.rounds = v;
+    else if (k == "--round-ms") o.round_ms = v;
   }
   return o;
 }
@@ -78,8 +80,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rank %d: setup failed: %s\n", me, e.what());
     return 4;
   }
+  std::ofstream(o.out + "/rank" + std::to_string(me) + ".started") << "connected\n";
   std::vector<std::vector<std::byte>> in(peers.size(), std::vector<std::byte>(4096)), out = in;
   for (int round = 0; round < o.rounds; ++round) {
+    if (o.round_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.round_ms));
     if (me == o.die_rank && round == o.die_after) raise(SIGKILL);
     if (me == o.mute_rank && round == o.mute_after) {
       // Alive but silent: wait out the others' deadline, then leave quietly.

@@ -1,0 +1,98 @@
+// The link-selection policy table and its overrides, on hand-made placements (no MPI).
+#include <gtest/gtest.h>
+
+#include "trellis/core/error.hpp"
+#include "trellis/transport/selection.hpp"
+
+namespace trellis::transport {
+namespace {
+
+using topology::LinkClass;
+
+topology::Placement make_placement(topology::RankKind kind, std::vector<LinkClass> tp, std::vector<LinkClass> bounds) {
+  topology::Placement p;
+  p.kind = kind;
+  p.pp = static_cast<int>(tp.size());
+  p.tp = 2;
+  for (auto c : tp) p.tp_groups.push_back({c, 0});
+  for (auto c : bounds) p.boundaries.push_back({c, 0});
+  return p;
+}
+
+TEST(LinkSelection, PolicyTable) {
+  EXPECT_EQ(default_backend(LinkClass::kSameProcess, false), Backend::kShm);
+  EXPECT_EQ(default_backend(LinkClass::kSharedMemory, false), Backend::kShm);
+  EXPECT_EQ(default_backend(LinkClass::kRdma, false), Backend::kUcx);
+  EXPECT_EQ(default_backend(LinkClass::kTcp, false), Backend::kUcx);
+  for (auto c : topology::kAllLinkClasses) EXPECT_EQ(default_backend(c, true), Backend::kNccl);
+}
+
+TEST(LinkSelection, CpuPlanAcrossTwoHosts) {
+  auto plan = plan_links(make_placement(topology::RankKind::kCpu, {LinkClass::kSharedMemory, LinkClass::kSharedMemory},
+                                        {LinkClass::kTcp}),
+                         SelectionPolicy::parse("auto", false));
+  ASSERT_EQ(plan.tp_groups.size(), 2u);
+  EXPECT_EQ(plan.tp_groups[0].backend, Backend::kShm);
+  EXPECT_EQ(plan.boundaries[0].backend, Backend::kUcx);
+  EXPECT_FALSE(plan.boundaries[0].overridden);
+  auto text = format_link_plan(plan);
+  EXPECT_NE(text.find("stage 0 -> 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("ucx"), std::string::npos) << text;
+}
+
+TEST(LinkSelection, GlobalAndPerClassOverrides) {
+  auto policy = SelectionPolicy::parse("tcp, shm=mpi", false);
+  ASSERT_TRUE(policy.global.has_value());
+  EXPECT_EQ(*policy.global, Backend::kTcp);
+  auto a = choose_backend(LinkClass::kSharedMemory, false, policy);
+  EXPECT_EQ(a.backend, Backend::kMpi);  // per class wins over global
+  EXPECT_TRUE(a.overridden);
+  EXPECT_NE(a.why.find("shm=mpi"), std::string::npos);
+  EXPECT_EQ(choose_backend(LinkClass::kRdma, false, policy).backend, Backend::kTcp);
+  EXPECT_EQ(SelectionPolicy::parse("RDMA=TCP", false).per_class.at(LinkClass::kRdma), Backend::kTcp);
+  EXPECT_EQ(policy.describe(), "tcp,shm=mpi");
+}
+
+TEST(LinkSelection, ImpossibleOverridesNameTheProblem) {
+  auto expect_invalid = [](auto&& fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected kInvalidArgument mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_invalid([] { choose_backend(LinkClass::kTcp, false, SelectionPolicy::parse("shm", false)); }, "one host");
+  expect_invalid([] { choose_backend(LinkClass::kNvlink, true, SelectionPolicy::parse("ucx", false)); }, "GPU");
+  expect_invalid([] { choose_backend(LinkClass::kSharedMemory, false, SelectionPolicy::parse("nccl", false)); }, "CPU");
+  expect_invalid([] { SelectionPolicy::parse("carrier-pigeon", false); }, "carrier-pigeon");
+  expect_invalid([] { SelectionPolicy::parse("tcp,ucx", false); }, "two global");
+  expect_invalid([] { SelectionPolicy::parse("warp=tcp", false); }, "warp");
+}
+
+TEST(LinkSelection, NoNvlinkTurnsNvlinkIntoPcieAndAsksForP2pDisable) {
+  auto policy = SelectionPolicy::parse("auto", true);
+  auto c = choose_backend(LinkClass::kNvlink, true, policy);
+  EXPECT_EQ(c.link_class, LinkClass::kPcie);
+  EXPECT_EQ(c.backend, Backend::kNccl);
+  auto env = environment_for(policy);
+  ASSERT_EQ(env.size(), 1u);
+  EXPECT_EQ(env[0].first, "NCCL_P2P_DISABLE");
+  EXPECT_EQ(env[0].second, "1");
+  EXPECT_TRUE(environment_for(SelectionPolicy::parse("auto", false)).empty());
+  auto plan = plan_links(make_placement(topology::RankKind::kGpu, {LinkClass::kNvlink}, {}), policy);
+  EXPECT_EQ(plan.tp_groups[0].link_class, LinkClass::kPcie);
+}
+
+TEST(LinkSelection, FromConfig) {
+  Config config;
+  config.set("comm.transport", "rdma=tcp", SettingSource::kFlag, "--transport");
+  config.set("comm.no_nvlink", "true", SettingSource::kFlag, "--no-nvlink");
+  auto p = SelectionPolicy::from_config(config);
+  EXPECT_TRUE(p.no_nvlink);
+  EXPECT_EQ(p.per_class.at(LinkClass::kRdma), Backend::kTcp);
+}
+
+}  // namespace
+}  // namespace trellis::transport
