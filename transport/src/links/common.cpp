@@ -1,6 +1,10 @@
 #include "src/links/common.hpp"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <fstream>
 #include <array>
 #include <random>
 #include <set>
@@ -51,6 +55,24 @@ std::string job_token(Bootstrap& world, Deadline deadline) {
     out += kHex[static_cast<unsigned>(b) & 15];
   }
   return out;
+}
+
+std::string host_identity(const Bootstrap& world) {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  std::getline(f, boot);
+  return world.hostname() + "/" + boot;
+}
+
+// kill(pid, 0) succeeds on a zombie, so the state letter in /proc decides.
+bool process_alive(std::int64_t pid) {
+  if (pid <= 0) return true;  // not known
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  auto paren = line.rfind(')');
+  return !(paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X'));
 }
 
 void TagMatcher::post(const std::shared_ptr<RecvOp>& op, const OpInfo& info) {

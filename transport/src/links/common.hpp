@@ -59,6 +59,12 @@ void check_peers(const Bootstrap& world, const std::vector<int>& peers, Backend 
 // on one host never see each other's messages.
 std::string job_token(Bootstrap& world, Deadline deadline);
 
+// "hostname/boot-id": equal for two ranks exactly when they share a kernel and a hostname
+// (the emulated cluster's hosts share a kernel but not a hostname).
+std::string host_identity(const Bootstrap& world);
+// Whether a process of this host still runs (a zombie counts as dead).
+bool process_alive(std::int64_t pid);
+
 // Returns the Transport for one backend (defined in links/<backend>/).
 std::unique_ptr<Transport> connect_mpi(Bootstrap& world, const std::vector<int>& peers, const Config& config);
 std::unique_ptr<Transport> connect_shm(Bootstrap& world, const std::vector<int>& peers, const Config& config);

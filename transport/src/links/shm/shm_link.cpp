@@ -45,17 +45,6 @@ class Mapping {
   std::size_t len_;
 };
 
-// kill(pid, 0) succeeds on a zombie, so the state letter in /proc decides.
-bool process_alive(std::int64_t pid) {
-  if (pid <= 0) return true;  // not published yet
-  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  auto paren = line.rfind(')');
-  return !(paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X'));
-}
-
 class ShmTransport;
 
 class ShmLink final : public Link {
@@ -322,13 +311,6 @@ std::unique_ptr<Mapping> map_segment(const std::string& name, bool create, std::
     hdr->pid[1].store(getpid(), std::memory_order_release);
   }
   return map;
-}
-
-std::string host_identity(const Bootstrap& world) {
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string boot;
-  std::getline(f, boot);
-  return world.hostname() + "/" + boot;
 }
 
 // Runs one setup phase on every rank, then agrees: if any rank failed, all throw.

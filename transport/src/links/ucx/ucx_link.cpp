@@ -6,11 +6,16 @@
 // link tag in the low 32, so a receive matches exactly one peer and one tag.
 //
 // The fast path is lean on purpose (the target is ucx_perftest's latency within 1.3x): no
-// copies, no callbacks, no allocation beyond the Request object; progress is
-// ucp_worker_progress polled by Request::test(). Endpoints use peer error handling, so a
-// peer that dies fails the operations on its link (kPeerFailed naming the rank) instead of
-// leaving them pending until the deadline.
+// copies, no allocation beyond the Request object; progress is ucp_worker_progress polled
+// by Request::test().
+//
+// Dead peers: endpoints to other hosts use peer error handling (UCX's keepalive), so a peer
+// that dies fails the operations on its link with kPeerFailed naming the rank. UCX 1.13
+// offers no shared-memory transport under peer error handling, so endpoints inside a host
+// use none (and get shm/cma, the latency target), and a same-host peer's death is noticed
+// by its pid instead, as in the shm backend.
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <map>
 
@@ -36,6 +41,18 @@ struct PeerState {
   int peer = -1;
   ucp_ep_h ep = nullptr;
   ucs_status_t failure = UCS_OK;
+  bool same_host = false;
+  std::int64_t pid = 0;
+  Clock::time_point last_check = Clock::now();
+
+  // Slow path of a pending operation: has a same-host peer died? (checked every 100 ms)
+  void check_alive() {
+    if (!same_host || failure != UCS_OK) return;
+    auto now = Clock::now();
+    if (now - last_check < std::chrono::milliseconds(100)) return;
+    last_check = now;
+    if (!process_alive(pid)) failure = UCS_ERR_ENDPOINT_TIMEOUT;
+  }
 };
 
 // Written by UCX's receive callback. UCX 1.13 fills neither recv_info on immediate
@@ -56,7 +73,7 @@ void on_recv_complete(void*, ucs_status_t status, const ucp_tag_recv_info_t* inf
 
 class UcxRequest final : public LinkRequest {
  public:
-  UcxRequest(const OpInfo& info, ucp_worker_h worker, const PeerState& peer)
+  UcxRequest(const OpInfo& info, ucp_worker_h worker, PeerState& peer)
       : LinkRequest(info), worker_(worker), peer_(peer) {}
   ~UcxRequest() override {
     if (!req_) return;
@@ -75,6 +92,7 @@ class UcxRequest final : public LinkRequest {
       ucp_worker_progress(worker_);
       if (!finished()) {
         // A tag receive is not tied to an endpoint; the peer's failure is.
+        if ((++polls_ & 255) == 0) peer_.check_alive();
         if (peer_.failure != UCS_OK) fail(peer_.failure);
         return false;
       }
@@ -91,6 +109,9 @@ class UcxRequest final : public LinkRequest {
     if (st == UCS_ERR_MESSAGE_TRUNCATED)
       throw_scoped(ErrorScope::kRequest, ErrorCode::kCorruptInput, "{}: rank {} sent more than the buffer holds",
                    describe(), info_.peer);
+    if (peer_.same_host && !process_alive(peer_.pid))
+      throw_scoped(ErrorScope::kLink, ErrorCode::kPeerFailed, "{}: rank {} (pid {}, same host) died", describe(),
+                   info_.peer, peer_.pid);
     throw_scoped(ErrorScope::kLink, ErrorCode::kPeerFailed, "{}: link to rank {} failed: {}", describe(), info_.peer,
                  ucs_status_string(st));
   }
@@ -102,8 +123,9 @@ class UcxRequest final : public LinkRequest {
 
   ucp_worker_h worker_;
   void* req_ = nullptr;
-  const PeerState& peer_;
+  PeerState& peer_;
   RecvCompletion recv_;
+  unsigned polls_ = 0;
 };
 
 class UcxLink final : public Link {
@@ -192,14 +214,16 @@ class UcxTransport final : public Transport {
     return out;
   }
 
-  void add_peer(int my_rank, int peer, const std::vector<std::byte>& address) {
+  void add_peer(int my_rank, int peer, const std::vector<std::byte>& address, bool same_host, std::int64_t pid) {
     auto state = std::make_unique<PeerState>();
     state->peer = peer;
+    state->same_host = same_host;
+    state->pid = pid;
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_mode = same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = on_endpoint_error;
     ep.err_handler.arg = state.get();
     ucs_status_t st = ucp_ep_create(worker_, &ep, &state->ep);
@@ -271,7 +295,9 @@ std::unique_ptr<Transport> connect_ucx(Bootstrap& world, const std::vector<int>&
   if (world.any(!error.empty(), d))
     throw_error(ErrorCode::kIo, "ucx setup: {}", error.empty() ? "another rank failed (see its log)" : error);
   auto all = world.allgather(mine, d);
-  for (int p : peers) t->add_peer(world.rank(), p, all[p]);
+  auto hosts = allgather_strings(world, host_identity(world), d);
+  auto pids = allgather_strings(world, std::to_string(getpid()), d);
+  for (int p : peers) t->add_peer(world.rank(), p, all[p], hosts[p] == hosts[world.rank()], std::stoll(pids[p]));
   t->warm_up(d);
   return t;
 }
