@@ -152,6 +152,27 @@ void ShmRing::write(std::span<const std::byte> message, Deadline deadline) {
   h.written.store(n + 1, std::memory_order_release);
 }
 
+void ShmRing::wait_drained(Deadline deadline) {
+  auto& h = *header_;
+  const auto n = h.written.load(std::memory_order_acquire);
+  std::uint32_t behind = 0;
+  try {
+    poll_until(
+        [&] {
+          for (std::uint32_t c = 0; c < h.consumers; ++c)
+            if (h.read[c].value.load(std::memory_order_acquire) < n) {
+              behind = c;
+              return false;
+            }
+          return true;
+        },
+        deadline, "drain");
+  } catch (const Error& e) {
+    throw_error(ErrorCode::kTimeout, "channel {}: consumer {} did not read the last messages: {}", name_, behind,
+                e.what());
+  }
+}
+
 void ShmRing::close() { header_->closed.store(1, std::memory_order_release); }
 
 bool ShmRing::try_read(std::vector<std::byte>& out) {

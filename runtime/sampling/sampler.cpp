@@ -95,13 +95,13 @@ void PenaltyState::append(int col, std::int32_t t) {
   ++counts_[i];
 }
 
-void PenaltyState::apply_penalties(int col, float* zt, int batch) const {
+void PenaltyState::apply_penalties(int col, float* zt, int batch, int zcol) const {
   const auto& c = cols_[static_cast<std::size_t>(col)];
   if (!c.params.has_penalties()) return;
   const float r = c.params.repetition_penalty, fp = c.params.frequency_penalty, pp = c.params.presence_penalty;
   for (auto t : c.touched) {
     auto i = at(t, col);
-    float& z = zt[static_cast<std::size_t>(t) * static_cast<std::size_t>(batch) + static_cast<std::size_t>(col)];
+    float& z = zt[static_cast<std::size_t>(t) * static_cast<std::size_t>(batch) + static_cast<std::size_t>(zcol)];
     if (seen_[i] && r != 1.0f) z = z > 0 ? z / r : z * r;
     if (counts_[i] > 0) {
       z -= fp * static_cast<float>(counts_[i]);
@@ -200,15 +200,15 @@ void Sampler::worker_loop(int index) {
   }
 }
 
-void Sampler::sample_range(float* zt, int batch, PenaltyState& state, std::int32_t* out, int c0, int c1,
-                           int worker) {
+void Sampler::sample_range(float* zt, int batch, PenaltyState& state, std::int32_t* out, const std::int32_t* cols,
+                           int c0, int c1, int worker) {
   if (c0 >= c1) return;
   const auto B = static_cast<std::size_t>(batch);
-  for (int c = c0; c < c1; ++c) state.apply_penalties(c, zt, batch);
+  for (int c = c0; c < c1; ++c) state.apply_penalties(cols[c], zt, batch, c);
   // Greedy columns: one row-wise pass over Z^T computes every column's arg-max at once,
   // reading each row's slice of this range contiguously (the column-wise layout's win).
   bool any_greedy = false;
-  for (int c = c0; c < c1; ++c) any_greedy = any_greedy || state.params(c).is_greedy();
+  for (int c = c0; c < c1; ++c) any_greedy = any_greedy || state.params(cols[c]).is_greedy();
   if (any_greedy) {
     for (int c = c0; c < c1; ++c) out[c] = 0;
     for (int v = 1; v < vocab_; ++v) {
@@ -219,35 +219,47 @@ void Sampler::sample_range(float* zt, int batch, PenaltyState& state, std::int32
   }
   auto& col = column_scratch_[static_cast<std::size_t>(worker)];
   for (int c = c0; c < c1; ++c) {
-    const auto& p = state.params(c);
+    const auto& p = state.params(cols[c]);
     if (p.is_greedy()) continue;
     for (int v = 0; v < vocab_; ++v) col[static_cast<std::size_t>(v)] = zt[static_cast<std::size_t>(v) * B + static_cast<std::size_t>(c)];
-    out[c] = sample_token(col, p, sampling_uniform(p.seed, state.step(c)), index_scratch_[static_cast<std::size_t>(worker)]);
+    out[c] = sample_token(col, p, sampling_uniform(p.seed, state.step(cols[c])),
+                          index_scratch_[static_cast<std::size_t>(worker)]);
   }
-  for (int c = c0; c < c1; ++c) state.append(c, out[c]);
+  for (int c = c0; c < c1; ++c) state.append(cols[c], out[c]);
 }
 
-void Sampler::sample(float* zt, int batch, PenaltyState& state, std::span<std::int32_t> out) {
+void Sampler::sample(float* zt, int batch, PenaltyState& state, std::span<std::int32_t> out,
+                     std::span<const std::int32_t> columns) {
   if (static_cast<int>(out.size()) < batch || batch > state.max_columns())
     throw_error(ErrorCode::kInvalidArgument, "sampler: batch {} does not fit output {} / columns {}", batch,
                 out.size(), state.max_columns());
   if (state.vocab() != vocab_)
     throw_error(ErrorCode::kInvalidArgument, "sampler vocab {} != penalty state vocab {}", vocab_, state.vocab());
-  for (int c = 0; c < batch; ++c)
-    if (!state.bound(c)) throw_error(ErrorCode::kInternal, "sampler column {} has no sequence bound", c);
+  identity_.resize(static_cast<std::size_t>(batch));
+  for (int c = 0; c < batch; ++c) identity_[static_cast<std::size_t>(c)] = c;
+  if (columns.empty()) columns = identity_;
+  if (static_cast<int>(columns.size()) < batch)
+    throw_error(ErrorCode::kInvalidArgument, "sampler: {} column indices for a batch of {}", columns.size(), batch);
+  for (int c = 0; c < batch; ++c) {
+    auto sc = columns[static_cast<std::size_t>(c)];
+    if (sc < 0 || sc >= state.max_columns() || !state.bound(sc))
+      throw_error(ErrorCode::kInternal, "sampler: logits column {} maps to state column {}, which has no sequence", c,
+                  sc);
+  }
+  const std::int32_t* cols = columns.data();
   const int parts = std::min(batch, threads() + 1);
   auto range = [batch, parts](int k) { return std::pair{batch * k / parts, batch * (k + 1) / parts}; };
   if (parts <= 1) {
-    sample_range(zt, batch, state, out.data(), 0, batch, 0);
+    sample_range(zt, batch, state, out.data(), cols, 0, batch, 0);
     return;
   }
   // PenaltyState columns are disjoint per range, so workers never touch the same entries.
   {
     std::lock_guard lock(mu_);
-    job_ = [&, range](int w) {
+    job_ = [&, range, cols](int w) {
       if (w < parts) {
         auto [a, b] = range(w);
-        sample_range(zt, batch, state, out.data(), a, b, w);
+        sample_range(zt, batch, state, out.data(), cols, a, b, w);
       }
     };
     pending_ = threads();
@@ -255,7 +267,7 @@ void Sampler::sample(float* zt, int batch, PenaltyState& state, std::span<std::i
   }
   cv_work_.notify_all();
   auto [a, b] = range(0);
-  sample_range(zt, batch, state, out.data(), a, b, 0);
+  sample_range(zt, batch, state, out.data(), cols, a, b, 0);
   std::unique_lock lock(mu_);
   cv_done_.wait(lock, [&] { return pending_ == 0; });
 }

@@ -80,6 +80,11 @@ bool Scheduler::admit_into(Group& g, double now, int& tokens_left) {
 std::optional<ScheduleOutput> Scheduler::schedule(int gi, double now) {
   auto& g = groups_.at(static_cast<std::size_t>(gi));
   if (g.in_flight) throw_error(ErrorCode::kInternal, "scheduler: group {} already has an iteration in flight", gi);
+  if (cancelled_) {
+    // Sequences whose iteration already completed are dropped here, not run again.
+    while (!g.running.empty()) finish(g, g.running.size() - 1, RequestStatus::kFailed, cancel_reason_, now);
+    return std::nullopt;
+  }
   int tokens_left = cfg_.max_iteration_tokens - static_cast<int>(g.running.size());
   while (admit_into(g, now, tokens_left)) {
   }
@@ -149,6 +154,25 @@ void Scheduler::complete(const ScheduleOutput& s, std::span<const std::int32_t> 
     else if (it->len >= cfg_.max_context)
       finish(g, idx, RequestStatus::kFinished, "length", now);
   }
+  if (cancelled_)
+    while (!g.running.empty()) finish(g, g.running.size() - 1, RequestStatus::kFailed, cancel_reason_, now);
+}
+
+void Scheduler::cancel(const std::string& reason, double now) {
+  if (cancelled_) return;
+  cancelled_ = true;
+  cancel_reason_ = reason;
+  for (auto id : waiting_) {
+    auto& res = results_[static_cast<std::size_t>(id)];
+    res.status = RequestStatus::kFailed;
+    res.reason = reason;
+    res.finished_s = now;
+    --open_;
+  }
+  waiting_.clear();
+  for (auto& g : groups_)
+    if (!g.in_flight)
+      while (!g.running.empty()) finish(g, g.running.size() - 1, RequestStatus::kFailed, reason, now);
 }
 
 bool Scheduler::done() const { return open_ == 0; }

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "trellis/core/error.hpp"
 #include "trellis/runtime/sampling/sampler.hpp"
 
 using namespace trellis::runtime;
@@ -207,4 +208,38 @@ TEST(Sampler, GreedyTieTakesLowestIdAndTopKOneIsArgmax) {
     auto t = sample_token(z, mp, u, scratch);
     EXPECT_TRUE(t == 1 || t == 2);
   }
+}
+
+// Compact logits rows mapped to stable state columns give the same tokens as identity.
+TEST(Sampler, ColumnMappingMatchesIdentity) {
+  const int V = 40;
+  SamplingParams a, b;
+  a.temperature = 0.8f;
+  a.seed = 5;
+  a.frequency_penalty = 0.7f;
+  b.greedy = true;
+  b.repetition_penalty = 1.5f;
+  Sampler s(V, 4, 1);
+  PenaltyState mapped(V, 4), ident(V, 2);
+  std::vector<std::int32_t> prompt = {1, 2, 3};
+  mapped.bind(3, a, prompt);
+  mapped.bind(1, b, prompt);
+  mapped.bind(0, b, {});  // an unrelated sequence in the group, not in this microbatch
+  ident.bind(0, a, prompt);
+  ident.bind(1, b, prompt);
+  std::vector<std::int32_t> map = {3, 1};
+  for (int step = 0; step < 8; ++step) {
+    std::vector<float> zt(V * 2);
+    for (int i = 0; i < V * 2; ++i) zt[static_cast<std::size_t>(i)] = std::cos(static_cast<float>(i * (step + 1)));
+    auto zt2 = zt;
+    std::vector<std::int32_t> o1(2), o2(2);
+    s.sample(zt.data(), 2, mapped, o1, map);
+    s.sample(zt2.data(), 2, ident, o2);
+    ASSERT_EQ(o1, o2) << step;
+  }
+  EXPECT_EQ(mapped.step(3), 8u);
+  EXPECT_EQ(mapped.step(0), 0u);
+  std::vector<std::int32_t> bad = {2, 1}, o(2);
+  std::vector<float> zt(V * 2);
+  EXPECT_THROW(s.sample(zt.data(), 2, mapped, o, bad), trellis::Error);
 }

@@ -83,7 +83,9 @@ class TokenSafe {
     if (deadline.is_never()) {
       cv_.wait(lock, pred);
     } else if (!cv_.wait_until(lock, deadline.at(), pred)) {
-      throw_error(ErrorCode::kTimeout, "{}: timed out waiting for {} (CI {}, GI {})", what_, for_what, ci_, gi_);
+      // Rank-scoped: a starved executor is a symptom; the wait on the peer names the cause.
+      throw_scoped(ErrorScope::kRank, ErrorCode::kTimeout, "{}: timed out waiting for {} (CI {}, GI {})", what_,
+                   for_what, ci_, gi_);
     }
   }
 

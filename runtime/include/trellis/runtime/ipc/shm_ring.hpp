@@ -43,6 +43,8 @@ class ShmRing {
   // a slot, kTimeout naming the slowest consumer when the ring stays full past the deadline.
   void write(std::span<const std::byte> message, Deadline deadline);
   void close();
+  // Producer: waits until every consumer has read every message (so the segment may go).
+  void wait_drained(Deadline deadline);
   // Consumer: the next message into `out`; false once the producer closed and all is read.
   // kTimeout naming the channel when nothing arrives before the deadline.
   bool read(std::vector<std::byte>& out, Deadline deadline);

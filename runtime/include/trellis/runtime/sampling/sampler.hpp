@@ -73,9 +73,10 @@ class PenaltyState {
   const SamplingParams& params(int col) const { return cols_[static_cast<std::size_t>(col)].params; }
   std::uint64_t step(int col) const { return cols_[static_cast<std::size_t>(col)].step; }
 
-  // Applies repetition, frequency and presence penalties of column `col` in place to the
-  // column-wise logits zt (B columns), touching only the tokens this sequence has seen.
-  void apply_penalties(int col, float* zt, int batch) const;
+  // Applies repetition, frequency and presence penalties of state column `col` in place to
+  // column `zcol` of the column-wise logits zt (B columns), touching only the tokens this
+  // sequence has seen.
+  void apply_penalties(int col, float* zt, int batch, int zcol) const;
 
  private:
   struct Column {
@@ -109,20 +110,23 @@ class Sampler {
   Sampler& operator=(const Sampler&) = delete;
 
   // Samples one token per column of zt (vocab x batch, column-wise; modified in place by
-  // the penalties) with the settings bound in `state`, writes them to out[0..batch), and
-  // appends each to `state`. Every column must be bound.
-  void sample(float* zt, int batch, PenaltyState& state, std::span<std::int32_t> out);
+  // the penalties), writes them to out[0..batch), and appends each to `state`. Logits column
+  // j belongs to state column columns[j] (empty span: j itself), which must be bound; the
+  // mapping lets a microbatch's rows be compact while each sequence keeps its column.
+  void sample(float* zt, int batch, PenaltyState& state, std::span<std::int32_t> out,
+              std::span<const std::int32_t> columns = {});
   int threads() const { return static_cast<int>(workers_.size()); }
 
  private:
-  void sample_range(float* zt, int batch, PenaltyState& state, std::int32_t* out, int c0, int c1,
-                    int worker);
+  void sample_range(float* zt, int batch, PenaltyState& state, std::int32_t* out, const std::int32_t* cols, int c0,
+                    int c1, int worker);
   void worker_loop(int index);
 
   int vocab_;
   std::vector<std::thread> workers_;
   std::vector<std::vector<float>> column_scratch_;  // per worker (+ caller): one column
   std::vector<std::vector<std::int32_t>> index_scratch_;
+  std::vector<std::int32_t> identity_;
   std::mutex mu_;
   std::condition_variable cv_work_, cv_done_;
   std::function<void(int)> job_;

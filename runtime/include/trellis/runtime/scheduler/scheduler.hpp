@@ -57,6 +57,11 @@ class Scheduler {
   // Tokens sampled for `s` (one per sampled sequence, in order), at time `now`.
   void complete(const ScheduleOutput& s, std::span<const std::int32_t> tokens, double now);
 
+  // Stops the run early (Ctrl-C): waiting requests fail with `reason` now, running ones when
+  // their in-flight iteration completes (keeping the tokens they have); nothing new starts.
+  void cancel(const std::string& reason, double now);
+  bool cancelled() const { return cancelled_; }
+
   bool done() const;  // every request finished or failed
   const std::vector<RequestResult>& results() const { return results_; }
   const std::vector<Request>& requests() const { return requests_; }
@@ -94,6 +99,8 @@ class Scheduler {
   std::int64_t kv_used_ = 0;
   std::uint64_t next_iteration_ = 0;
   int open_ = 0;  // requests not yet finished or failed
+  bool cancelled_ = false;
+  std::string cancel_reason_;
 };
 
 }  // namespace trellis::runtime

@@ -1,0 +1,522 @@
+// The engine's threads on one rank (see engine.hpp for the roles).
+#include "trellis/runtime/engine/engine.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "engine_internal.hpp"
+#include "trellis/runtime/engine/token_safe.hpp"
+#include "trellis/transport/stream.hpp"
+
+namespace trellis::runtime {
+
+int EngineGrid::stage_of(int rank) const {
+  auto it = std::find(rank_of.begin(), rank_of.end(), rank);
+  if (it == rank_of.end()) throw_error(ErrorCode::kInvalidArgument, "rank {} is not in the {}x{} grid", rank, pp, tp);
+  return static_cast<int>(it - rank_of.begin()) / tp;
+}
+
+int EngineGrid::tp_of(int rank) const {
+  auto it = std::find(rank_of.begin(), rank_of.end(), rank);
+  if (it == rank_of.end()) throw_error(ErrorCode::kInvalidArgument, "rank {} is not in the {}x{} grid", rank, pp, tp);
+  return static_cast<int>(it - rank_of.begin()) % tp;
+}
+
+EngineGrid EngineGrid::contiguous(int pp, int tp, std::vector<int> host_of) {
+  EngineGrid g;
+  g.pp = pp;
+  g.tp = tp;
+  for (int r = 0; r < pp * tp; ++r) g.rank_of.push_back(r);
+  g.host_of = host_of.empty() ? std::vector<int>(static_cast<std::size_t>(pp * tp), 0) : std::move(host_of);
+  return g;
+}
+
+namespace {
+// Lowest rank of each host (the ring producer there: rank 0 on its host, a relay elsewhere).
+std::vector<int> host_leaders(const EngineGrid& g) {
+  std::vector<int> leaders;
+  std::vector<int> seen;
+  for (int r = 0; r < static_cast<int>(g.host_of.size()); ++r) {
+    int h = g.host_of[static_cast<std::size_t>(r)];
+    if (std::find(seen.begin(), seen.end(), h) != seen.end()) continue;
+    seen.push_back(h);
+    leaders.push_back(r);
+  }
+  return leaders;
+}
+}  // namespace
+
+std::vector<int> engine_peers(const EngineGrid& g, int rank) {
+  std::vector<int> peers;
+  auto add = [&](int p) {
+    if (p != rank && std::find(peers.begin(), peers.end(), p) == peers.end()) peers.push_back(p);
+  };
+  const int s = g.stage_of(rank), k = g.tp_of(rank), sampler = g.sampler_rank();
+  if (s > 0) add(g.rank_at(s - 1, k));
+  if (s + 1 < g.pp) add(g.rank_at(s + 1, k));
+  if (rank == sampler) {
+    for (int j = 0; j < g.tp; ++j) add(g.rank_at(g.pp - 1, j));
+    add(0);
+  }
+  if (s == g.pp - 1) add(sampler);
+  if (rank == 0) add(sampler);
+  const int h0 = g.host_of[0];
+  for (int leader : host_leaders(g)) {
+    if (g.host_of[static_cast<std::size_t>(leader)] == h0) continue;
+    if (rank == 0) add(leader);
+    if (rank == leader) add(0);
+  }
+  std::sort(peers.begin(), peers.end());
+  return peers;
+}
+
+namespace detail {
+namespace {
+
+class Engine {
+ public:
+  Engine(int rank, const EngineGrid& grid, transport::Transport& links, StageCompute& stage,
+         const std::vector<Request>& requests, const EngineOptions& opt, Tracer& trace)
+      : rank_(rank), grid_(grid), links_(links), stage_(stage), requests_(requests), opt_(opt), trace_(trace),
+        stage_idx_(grid.stage_of(rank)), k_(grid.tp_of(rank)), tsem_(fmt::format("rank {} input buffers", rank)) {
+    first_ = stage_idx_ == 0;
+    last_ = stage_idx_ == grid.pp - 1;
+    sampler_rank_ = grid.sampler_rank();
+    host_ = grid.host_of[static_cast<std::size_t>(rank)];
+    auto leaders = host_leaders(grid);
+    for (int l : leaders)
+      if (grid.host_of[static_cast<std::size_t>(l)] == host_) leader_ = l;
+    for (int r = 0; r < static_cast<int>(grid.host_of.size()); ++r) {
+      if (grid.host_of[static_cast<std::size_t>(r)] != host_) continue;
+      if (r == rank) consumer_index_ = host_ranks_;
+      ++host_ranks_;
+    }
+    if (opt.scheduler.groups != grid.pp)
+      throw_error(ErrorCode::kInvalidArgument, "engine: {} scheduler groups for {} pipeline stages", opt.scheduler.groups,
+                  grid.pp);
+    auto [vb, ve] = vocab_range(stage.vocab_size(), grid.tp, k_);
+    if (last_ && (stage.vocab_begin() != vb || stage.vocab_end() != ve))
+      throw_error(ErrorCode::kInternal, "rank {}: LM head holds vocabulary [{}, {}), the engine expects [{}, {})", rank,
+                  stage.vocab_begin(), stage.vocab_end(), vb, ve);
+    // The producer of this host's ring creates it before any thread starts; consumers wait
+    // for it to appear (bounded by the deadline).
+    if (rank == leader_)
+      ring_out_ = ShmRing::create(ring_name(opt.job, host_), opt.ring_slots, opt.ring_slot_bytes,
+                                  static_cast<std::uint32_t>(host_ranks_));
+  }
+
+  EngineResult run();
+
+ private:
+  Deadline deadline() const { return Deadline::after(opt_.deadline); }
+  // Waits on this rank's own threads get longer: when a peer dies, the wait that faces the
+  // peer expires first and names it; the starved local waits are only symptoms.
+  Deadline local_deadline() const { return Deadline::after(opt_.deadline * 3 / 2); }
+  bool take_schedule(ScheduleOutput& out, Lane lane);
+  void cpu_executor();
+  void forward_executor();
+  void last_stage_output(const StageInput& in, const float* x, std::int64_t it);
+  void send_tokens(std::int64_t iteration, const std::vector<std::int32_t>& tokens);
+  void sampler_thread();
+  void scheduler_thread();
+  void relay_thread();
+  void publish(const ScheduleOutput& s, std::vector<transport::RequestPtr>& pending,
+               std::vector<std::vector<std::byte>>& bufs);
+  void post_ahead();
+  template <typename F>
+  std::thread spawn(const char* name, F f) {
+    return std::thread([this, name, f] {
+      try {
+        f();
+      } catch (...) {
+        spdlog::debug("rank {}: {} thread failed", rank_, name);
+        failed_.set(std::current_exception());
+        tsem_.close();
+      }
+    });
+  }
+
+  int rank_;
+  const EngineGrid& grid_;
+  LockedTransport links_;
+  StageCompute& stage_;
+  const std::vector<Request>& requests_;
+  const EngineOptions& opt_;
+  Tracer& trace_;
+  int stage_idx_, k_;
+  bool first_ = false, last_ = false;
+  int sampler_rank_ = 0, host_ = 0, leader_ = 0, host_ranks_ = 0, consumer_index_ = 0;
+  FailureFlag failed_;
+  TokenSafe<StageInput> tsem_;
+  std::unique_ptr<ShmRing> ring_out_, ring_in_;
+  std::deque<ScheduleOutput> lookahead_;
+  std::vector<std::byte> msg_;
+  Queue<std::int32_t> rows_ahead_;           // batch sizes read but not yet posted (stage > 0)
+  Queue<ScheduleOutput> sampler_q_;          // scheduling outputs for the sampler thread
+  Queue<std::vector<float>> local_logits_q_; // this rank's logits shard for the sampler thread
+  Queue<std::pair<std::int64_t, std::vector<std::int32_t>>> tokens_q_;  // sampler -> scheduler (same rank)
+  std::unique_ptr<transport::StageReceiver> receiver_;
+  std::unique_ptr<transport::StageSender> sender_;
+  std::unique_ptr<SamplerStage> inline_sampler_;
+  std::uint64_t posted_ = 0, received_ = 0;
+  std::vector<float> lrows_;
+  std::vector<float> lcols_[2];
+  transport::RequestPtr logits_req_[2];
+  std::mutex token_send_mu_;
+  std::deque<std::pair<std::vector<std::byte>, transport::RequestPtr>> token_sends_;
+  EngineResult result_;
+};
+
+bool Engine::take_schedule(ScheduleOutput& out, Lane lane) {
+  if (!ring_in_) {
+    Tracer::Span span(trace_, lane, TraceCat::kWait, "wait schedule");
+    ring_in_ = ShmRing::open(ring_name(opt_.job, host_), static_cast<std::uint32_t>(consumer_index_), deadline());
+  }
+  auto accept = [&] {
+    auto s = deserialize_schedule(msg_, ring_in_->name().c_str());
+    if (stage_idx_ > 0 && !s.stop()) rows_ahead_.push(s.n_tokens());
+    if (rank_ == sampler_rank_ && opt_.cpu_sampler) sampler_q_.push(s);
+    lookahead_.push_back(std::move(s));
+  };
+  if (lookahead_.empty()) {
+    Tracer::Span span(trace_, lane, TraceCat::kWait, "wait schedule");
+    bool got;
+    try {
+      got = ring_in_->read(msg_, rank_ == 0 ? local_deadline() : deadline());
+    } catch (const Error& e) {
+      // On rank 0 the scheduler is a thread of this process, and its own error names the cause.
+      throw_scoped(rank_ == 0 ? ErrorScope::kRank : ErrorScope::kJob, e.code(),
+                   "rank {}: no scheduling output from the scheduler on rank 0{}: {}", rank_,
+                   leader_ == 0 ? "" : fmt::format(" (relayed by rank {})", leader_), e.what());
+    }
+    if (!got) throw_error(ErrorCode::kPeerFailed, "rank {}: the scheduling channel closed before a stop message", rank_);
+    accept();
+  }
+  // Everything already dispatched is read now, so the forward executor can post receives
+  // for those iterations ahead of time (structure-aware transmission needs only the size).
+  while (!lookahead_.back().stop() && ring_in_->try_read(msg_)) accept();
+  out = std::move(lookahead_.front());
+  lookahead_.pop_front();
+  return !out.stop();
+}
+
+void Engine::cpu_executor() {
+  ScheduleOutput s;
+  while (take_schedule(s, Lane::kCpuPrep)) {
+    StageInput* buf;
+    {
+      Tracer::Span span(trace_, Lane::kCpuPrep, TraceCat::kWait, "wait input", static_cast<std::int64_t>(s.iteration));
+      buf = &tsem_.cpu_acquire(local_deadline());
+    }
+    if (failed_.failed) return;
+    {
+      Tracer::Span span(trace_, Lane::kCpuPrep, TraceCat::kPrep, "prepare input", static_cast<std::int64_t>(s.iteration));
+      prepare_input(s, *buf);
+    }
+    tsem_.cpu_publish();
+  }
+  tsem_.close();
+}
+
+void Engine::post_ahead() {
+  if (!receiver_) return;
+  while (posted_ < received_ + 2) {
+    auto rows = rows_ahead_.try_pop();
+    if (!rows) return;
+    receiver_->post(static_cast<std::size_t>(*rows));
+    ++posted_;
+  }
+}
+
+void Engine::send_tokens(std::int64_t iteration, const std::vector<std::int32_t>& tokens) {
+  if (rank_ == 0) {
+    tokens_q_.push({iteration, tokens});
+    return;
+  }
+  std::vector<std::byte> msg(8 + 4 * tokens.size());
+  std::memcpy(msg.data(), &iteration, 8);
+  if (!tokens.empty()) std::memcpy(msg.data() + 8, tokens.data(), 4 * tokens.size());
+  std::lock_guard lock(token_send_mu_);
+  while (!token_sends_.empty() && token_sends_.front().second->test()) token_sends_.pop_front();
+  token_sends_.emplace_back(std::move(msg), nullptr);
+  auto& back = token_sends_.back();
+  Tracer::Span span(trace_, opt_.cpu_sampler ? Lane::kSampler : Lane::kForward, TraceCat::kSend, "send tokens",
+                    iteration, 0);
+  back.second = links_.link(0).isend(back.first, kTagTokens);
+}
+
+void Engine::last_stage_output(const StageInput& in, const float* x, std::int64_t it) {
+  const int B = in.n_seqs(), V = stage_.vocab_end() - stage_.vocab_begin();
+  auto& cols = lcols_[it & 1];
+  if (logits_req_[it & 1])
+    wait_request(*logits_req_[it & 1], deadline(), failed_, fmt::format("rank {}: logits send", rank_));
+  {
+    Tracer::Span span(trace_, Lane::kForward, TraceCat::kForward, "lm head", in.iteration);
+    lrows_.resize(static_cast<std::size_t>(B) * static_cast<std::size_t>(V));
+    stage_.logits(in, x, lrows_.data());
+    cols.resize(lrows_.size());
+    transpose_to_columns(lrows_.data(), B, V, cols.data());
+  }
+  if (rank_ == sampler_rank_) {
+    if (opt_.cpu_sampler) {
+      local_logits_q_.push(cols);  // a copy: the sampler owns it while this buffer is refilled
+    } else {
+      const auto& toks = inline_sampler_->run(in, cols.data());
+      send_tokens(in.iteration, toks);
+    }
+    return;
+  }
+  Tracer::Span span(trace_, Lane::kForward, TraceCat::kSend, "send logits", in.iteration, sampler_rank_);
+  logits_req_[it & 1] = links_.link(sampler_rank_).isend(std::as_bytes(std::span(cols)), kTagLogits);
+  if (!opt_.cpu_sampler)  // naive PP: the last stage waits for its logits to be consumed
+    wait_request(*logits_req_[it & 1], deadline(), failed_, fmt::format("rank {}: logits send", rank_));
+}
+
+void Engine::forward_executor() {
+  const int H = stage_.hidden_size();
+  const auto mode = opt_.sat ? transport::StreamMode::kStructureAware : transport::StreamMode::kBaseline;
+  if (!first_) receiver_ = std::make_unique<transport::StageReceiver>(links_.link(grid_.rank_at(stage_idx_ - 1, k_)), mode);
+  if (!last_) sender_ = std::make_unique<transport::StageSender>(links_.link(grid_.rank_at(stage_idx_ + 1, k_)), mode);
+  const transport::TensorSpec spec{"hidden", "f32", static_cast<std::size_t>(H) * sizeof(float)};
+  std::vector<float> x[2];
+  transport::RequestPtr sends[2];
+  StageInput inline_in;
+  ScheduleOutput s;
+  for (std::int64_t it = 0;; ++it) {
+    const StageInput* in = nullptr;
+    if (opt_.tsem) {
+      Tracer::Span span(trace_, Lane::kForward, TraceCat::kWait, "wait input");
+      in = tsem_.forward_acquire(local_deadline());
+      if (!in) break;
+    } else {
+      if (!take_schedule(s, Lane::kForward)) break;
+      Tracer::Span span(trace_, Lane::kForward, TraceCat::kPrep, "prepare input", static_cast<std::int64_t>(s.iteration));
+      prepare_input(s, inline_in);
+      in = &inline_in;
+    }
+    auto& buf = x[it & 1];
+    if (sends[it & 1]) {
+      Tracer::Span span(trace_, Lane::kForward, TraceCat::kSend, "send hidden", in->iteration);
+      wait_request(*sends[it & 1], deadline(), failed_, fmt::format("rank {}: hidden-state send", rank_));
+      sends[it & 1].reset();
+    }
+    buf.resize(static_cast<std::size_t>(in->n_tokens()) * static_cast<std::size_t>(H));
+    if (receiver_) {
+      post_ahead();
+      Tracer::Span span(trace_, Lane::kForward, TraceCat::kRecv, "recv hidden", in->iteration,
+                        grid_.rank_at(stage_idx_ - 1, k_));
+      const auto& views = receiver_->receive(deadline());
+      ++received_;
+      if (views.size() != 1 || views[0].data.size() != buf.size() * sizeof(float))
+        throw_error(ErrorCode::kCorruptInput, "rank {}: hidden state of iteration {} from rank {} has {} bytes, expected {}",
+                    rank_, in->iteration, grid_.rank_at(stage_idx_ - 1, k_),
+                    views.empty() ? 0 : views[0].data.size(), buf.size() * sizeof(float));
+      std::memcpy(buf.data(), views[0].data.data(), views[0].data.size());
+    }
+    {
+      Tracer::Span span(trace_, Lane::kForward, TraceCat::kForward, "forward", in->iteration);
+      stage_.forward(*in, buf.data(), trace_);
+    }
+    if (sender_) {
+      Tracer::Span span(trace_, Lane::kForward, TraceCat::kSend, "send hidden", in->iteration,
+                        grid_.rank_at(stage_idx_ + 1, k_));
+      transport::TensorRef ref{spec, buf.data()};
+      sends[it & 1] = sender_->send(std::span(&ref, 1), static_cast<std::size_t>(in->n_tokens()));
+      if (!opt_.sat) wait_request(*sends[it & 1], deadline(), failed_, fmt::format("rank {}: hidden-state send", rank_));
+    } else {
+      last_stage_output(*in, buf.data(), it);
+    }
+    post_ahead();
+    if (failed_.failed) break;
+  }
+  for (auto& r : sends)
+    if (r) wait_request(*r, deadline(), failed_, fmt::format("rank {}: hidden-state send", rank_));
+  for (auto& r : logits_req_)
+    if (r) wait_request(*r, deadline(), failed_, fmt::format("rank {}: logits send", rank_));
+}
+
+void Engine::sampler_thread() {
+  std::vector<transport::Link*> shard_links(static_cast<std::size_t>(grid_.tp), nullptr);
+  for (int j = 0; j < grid_.tp; ++j)
+    if (j != k_) shard_links[static_cast<std::size_t>(j)] = &links_.link(grid_.rank_at(grid_.pp - 1, j));
+  SamplerStage st(rank_, grid_, shard_links.data(), stage_.vocab_size(), opt_.scheduler.max_seqs_per_group,
+                  opt_.sampler_threads, opt_, failed_, trace_, Lane::kSampler);
+  StageInput in;
+  for (;;) {
+    ScheduleOutput s;
+    {
+      Tracer::Span span(trace_, Lane::kSampler, TraceCat::kWait, "wait schedule");
+      s = sampler_q_.pop(local_deadline(), failed_, fmt::format("sampler on rank {}: next scheduling output", rank_));
+    }
+    if (s.stop()) return;
+    prepare_input(s, in);
+    std::vector<float> local;
+    {
+      Tracer::Span span(trace_, Lane::kSampler, TraceCat::kWait, "wait logits", in.iteration);
+      local = local_logits_q_.pop(local_deadline(), failed_,
+                                  fmt::format("sampler on rank {}: logits of iteration {} from its own LM head", rank_,
+                                              in.iteration));
+    }
+    send_tokens(in.iteration, st.run(in, local.data()));
+  }
+}
+
+void Engine::publish(const ScheduleOutput& s, std::vector<transport::RequestPtr>& pending,
+                     std::vector<std::vector<std::byte>>& bufs) {
+  Tracer::Span span(trace_, Lane::kScheduler, TraceCat::kSchedule, "schedule", static_cast<std::int64_t>(s.iteration));
+  std::vector<std::byte> wire;
+  serialize(s, wire);
+  if (wire.size() > opt_.ring_slot_bytes)
+    throw_error(ErrorCode::kResourceExhausted,
+                "scheduling output of iteration {} is {} bytes, over the channel slot of {} (raise run.channel_slot_bytes "
+                "or lower run.max_batch)",
+                s.iteration, wire.size(), opt_.ring_slot_bytes);
+  ring_out_->write(wire, deadline());
+  // Other hosts: one copy to each host's relay, which replicates it into that host's ring.
+  for (std::size_t i = 0; i < pending.size();) {
+    if (pending[i]->test()) {
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      bufs.erase(bufs.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  for (int leader : host_leaders(grid_)) {
+    if (grid_.host_of[static_cast<std::size_t>(leader)] == host_) continue;
+    bufs.push_back(wire);
+    pending.push_back(links_.link(leader).isend(bufs.back(), kTagSchedule));
+  }
+}
+
+void Engine::scheduler_thread() {
+  const double start = now_seconds();
+  Scheduler sched(opt_.scheduler, requests_);
+  std::deque<ScheduleOutput> inflight;
+  std::vector<transport::RequestPtr> pending;
+  std::vector<std::vector<std::byte>> bufs;
+  std::vector<bool> busy(static_cast<std::size_t>(grid_.pp), false);
+  auto log_notes = [&] {
+    for (auto& n : sched.take_notes()) {
+      spdlog::info("{}", n);
+      result_.notes.push_back(std::move(n));
+    }
+  };
+  auto dispatch_idle = [&] {
+    for (int g = 0; g < grid_.pp; ++g) {
+      if (busy[static_cast<std::size_t>(g)]) continue;
+      if (auto s = sched.schedule(g, now_seconds())) {
+        publish(*s, pending, bufs);
+        busy[static_cast<std::size_t>(g)] = true;
+        inflight.push_back(std::move(*s));
+      }
+    }
+    log_notes();
+  };
+  const std::size_t max_msg = 8 + 4 * static_cast<std::size_t>(opt_.scheduler.max_seqs_per_group);
+  std::vector<std::byte> tok_buf(max_msg);
+  dispatch_idle();
+  while (!inflight.empty()) {
+    if (opt_.stop && opt_.stop->load() && !sched.cancelled()) {
+      spdlog::warn("interrupted: finishing the {} iterations in flight, then stopping every rank", inflight.size());
+      sched.cancel("interrupted before it finished", now_seconds());
+      result_.interrupted = true;
+    }
+    auto& s = inflight.front();
+    std::pair<std::int64_t, std::vector<std::int32_t>> got;
+    {
+      Tracer::Span span(trace_, Lane::kScheduler, TraceCat::kWait, "recv tokens", static_cast<std::int64_t>(s.iteration),
+                        sampler_rank_);
+      auto what = fmt::format("scheduler on rank 0: tokens of iteration {} from the sampler on rank {} (stage {})",
+                              s.iteration, sampler_rank_, grid_.pp - 1);
+      if (sampler_rank_ == 0) {
+        got = tokens_q_.pop(local_deadline(), failed_, what);
+      } else {
+        auto req = links_.link(sampler_rank_).irecv(tok_buf, kTagTokens);
+        wait_request(*req, deadline(), failed_, what);
+        std::memcpy(&got.first, tok_buf.data(), 8);
+        got.second.resize((req->bytes() - 8) / 4);
+        std::memcpy(got.second.data(), tok_buf.data() + 8, req->bytes() - 8);
+      }
+    }
+    if (got.first != static_cast<std::int64_t>(s.iteration))
+      throw_error(ErrorCode::kCorruptInput, "scheduler: tokens for iteration {} arrived while {} was expected", got.first,
+                  s.iteration);
+    sched.complete(s, got.second, now_seconds());
+    busy[static_cast<std::size_t>(s.group)] = false;
+    inflight.pop_front();
+    dispatch_idle();
+  }
+  if (!sched.done()) throw_error(ErrorCode::kInternal, "scheduler: nothing in flight but requests remain");
+  ScheduleOutput stop;
+  stop.flags = ScheduleOutput::kStop;
+  stop.iteration = sched.iterations_scheduled();
+  publish(stop, pending, bufs);
+  ring_out_->close();
+  for (auto& r : pending) wait_request(*r, deadline(), failed_, "scheduler: stop message to a relay");
+  result_.results = sched.results();
+  result_.iterations = sched.iterations_scheduled();
+  result_.start_s = start;
+  result_.wall_s = now_seconds() - start;
+}
+
+void Engine::relay_thread() {
+  std::vector<std::byte> buf(opt_.ring_slot_bytes);
+  for (;;) {
+    transport::RequestPtr req;
+    {
+      Tracer::Span span(trace_, Lane::kRelay, TraceCat::kWait, "relay");
+      req = links_.link(0).irecv(buf, kTagSchedule);
+      wait_request(*req, deadline(), failed_,
+                   fmt::format("relay on rank {}: next scheduling output from rank 0 (the scheduler)", rank_));
+    }
+    auto msg = std::span(buf).first(req->bytes());
+    ring_out_->write(msg, deadline());
+    if (deserialize_schedule(msg, "relay").stop()) break;
+  }
+  ring_out_->close();
+}
+
+EngineResult Engine::run() {
+  std::vector<std::thread> threads;
+  const bool relay = rank_ == leader_ && rank_ != 0;
+  if (rank_ == 0) threads.push_back(spawn("scheduler", [this] { scheduler_thread(); }));
+  if (relay) threads.push_back(spawn("relay", [this] { relay_thread(); }));
+  if (rank_ == sampler_rank_ && opt_.cpu_sampler) threads.push_back(spawn("sampler", [this] { sampler_thread(); }));
+  if (rank_ == sampler_rank_ && !opt_.cpu_sampler) {
+    std::vector<transport::Link*> shard_links(static_cast<std::size_t>(grid_.tp), nullptr);
+    for (int j = 0; j < grid_.tp; ++j)
+      if (j != k_) shard_links[static_cast<std::size_t>(j)] = &links_.link(grid_.rank_at(grid_.pp - 1, j));
+    inline_sampler_ = std::make_unique<SamplerStage>(rank_, grid_, shard_links.data(), stage_.vocab_size(),
+                                                     opt_.scheduler.max_seqs_per_group, 0, opt_, failed_, trace_,
+                                                     Lane::kForward);
+  }
+  if (opt_.tsem) threads.push_back(spawn("cpu executor", [this] { cpu_executor(); }));
+  try {
+    forward_executor();
+  } catch (...) {
+    failed_.set(std::current_exception());
+    tsem_.close();
+  }
+  for (auto& t : threads) t.join();
+  failed_.rethrow();
+  if (rank_ == 0 || relay) ring_out_->wait_drained(deadline());
+  {
+    std::lock_guard lock(token_send_mu_);
+    for (auto& [b, r] : token_sends_) wait_request(*r, deadline(), failed_, fmt::format("rank {}: tokens send", rank_));
+  }
+  return std::move(result_);
+}
+
+}  // namespace
+}  // namespace detail
+
+EngineResult run_engine(int rank, const EngineGrid& grid, transport::Transport& links, StageCompute& stage,
+                        const std::vector<Request>& requests, const EngineOptions& options, Tracer& tracer) {
+  detail::Engine engine(rank, grid, links, stage, requests, options, tracer);
+  return engine.run();
+}
+
+}  // namespace trellis::runtime

@@ -1,0 +1,129 @@
+// Pieces shared by the engine's threads (private to runtime/engine).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "locked_transport.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/runtime/engine/engine.hpp"
+#include "trellis/runtime/ipc/shm_ring.hpp"
+#include "trellis/runtime/sampling/sampler.hpp"
+
+namespace trellis::runtime::detail {
+
+// Message tags on the engine's links (the stage streams use transport::kStreamTagBase up).
+inline constexpr std::uint32_t kTagSchedule = 0x100;  // rank 0 -> relays on other hosts
+inline constexpr std::uint32_t kTagLogits = 0x200;    // last-stage TP ranks -> sampler rank
+inline constexpr std::uint32_t kTagTokens = 0x300;    // sampler rank -> rank 0
+
+// Failures of this rank's engine threads; the others stop at their next wait. When a peer
+// dies, several threads time out: the ones waiting on the peer (scope job/link) say what
+// happened, the ones waiting on a local queue (scope rank) only that they were starved, so
+// rethrow() prefers the first error that is not rank-scoped.
+struct FailureFlag {
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::vector<std::exception_ptr> errors;
+  void set(std::exception_ptr e) {
+    std::lock_guard lock(mu);
+    errors.push_back(e);
+    failed = true;
+  }
+  void rethrow() {
+    std::lock_guard lock(mu);
+    if (errors.empty()) return;
+    for (auto& e : errors) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const Error& err) {
+        if (err.scope() != ErrorScope::kRank) throw;
+      } catch (...) {
+        throw;
+      }
+    }
+    std::rethrow_exception(errors.front());
+  }
+};
+
+// A queue between two threads of one rank; pop() waits with a deadline and gives up early
+// when the rank failed.
+template <typename T>
+class Queue {
+ public:
+  void push(T v) {
+    {
+      std::lock_guard lock(mu_);
+      q_.push_back(std::move(v));
+    }
+    cv_.notify_all();
+  }
+  T pop(Deadline deadline, const FailureFlag& failed, const std::string& what) {
+    std::unique_lock lock(mu_);
+    while (q_.empty()) {
+      if (failed.failed)
+        throw_scoped(ErrorScope::kRank, ErrorCode::kPeerFailed, "{}: another engine thread failed", what);
+      if (deadline.expired()) throw_scoped(ErrorScope::kRank, ErrorCode::kTimeout, "{}: nothing arrived in time", what);
+      cv_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+    T v = std::move(q_.front());
+    q_.pop_front();
+    return v;
+  }
+  std::optional<T> try_pop() {
+    std::lock_guard lock(mu_);
+    if (q_.empty()) return std::nullopt;
+    T v = std::move(q_.front());
+    q_.pop_front();
+    return v;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<T> q_;
+};
+
+// Vocabulary rows of TP rank k: chunks of ceil(V / t), as the vocab-parallel LM head splits.
+std::pair<int, int> vocab_range(int vocab, int tp, int k);
+
+// Fills `in` (keeping capacities) from a scheduling output.
+void prepare_input(const ScheduleOutput& s, StageInput& in);
+
+// Waits for a request, polling; names `what` on timeout and stops when the rank failed.
+void wait_request(transport::Request& r, Deadline deadline, const FailureFlag& failed, const std::string& what);
+
+// Host-ring name for host `host` of job `job`.
+std::string ring_name(const std::string& job, int host);
+
+// The sampling side of the last stage: p penalty states, the sampler pool, the column-wise
+// logits buffer whose row blocks receive the TP shards. Used by the sampler thread
+// (--cpu-sampler) or inline by the forward executor.
+class SamplerStage {
+ public:
+  SamplerStage(int rank, const EngineGrid& grid, transport::Link* const* shard_links, int vocab, int max_cols,
+               int threads, const EngineOptions& opt, const FailureFlag& failed, Tracer& trace, Lane lane);
+  // Samples iteration `in`; `local` is this rank's shard, column-wise [vocab_local x n_seqs].
+  // Returns one token per sequence.
+  const std::vector<std::int32_t>& run(const StageInput& in, const float* local);
+
+ private:
+  int rank_;
+  const EngineGrid& grid_;
+  std::vector<transport::Link*> shard_links_;  // per TP index (nullptr for self)
+  int vocab_;
+  const EngineOptions& opt_;
+  const FailureFlag& failed_;
+  Tracer& trace_;
+  Lane lane_;
+  std::vector<PenaltyState> states_;
+  Sampler sampler_;
+  LogitsColumns zt_;
+  std::vector<std::int32_t> cols_, out_;
+};
+
+}  // namespace trellis::runtime::detail

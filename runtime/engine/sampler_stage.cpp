@@ -1,0 +1,100 @@
+#include <cstring>
+
+#include "engine_internal.hpp"
+
+namespace trellis::runtime::detail {
+
+std::pair<int, int> vocab_range(int vocab, int tp, int k) {
+  int chunk = (vocab + tp - 1) / tp;
+  return {std::min(vocab, k * chunk), std::min(vocab, (k + 1) * chunk)};
+}
+
+void prepare_input(const ScheduleOutput& s, StageInput& in) {
+  in.iteration = static_cast<std::int64_t>(s.iteration);
+  in.group = s.group;
+  in.stop = s.stop();
+  in.tokens.assign(s.tokens.begin(), s.tokens.end());
+  in.positions.clear();
+  in.slots.clear();
+  in.starts.clear();
+  in.lengths.clear();
+  in.fresh.clear();
+  in.columns.clear();
+  in.params.resize(s.seqs.size());
+  for (std::size_t i = 0; i < s.seqs.size(); ++i) {
+    const auto& q = s.seqs[i];
+    for (int j = 0; j < q.n_tokens; ++j) in.positions.push_back(q.pos + j);
+    in.slots.push_back(q.slot);
+    in.starts.push_back(q.pos);
+    in.lengths.push_back(q.n_tokens);
+    in.fresh.push_back(q.first ? 1 : 0);
+    in.columns.push_back(q.column);
+    if (q.first) in.params[i] = q.params;
+  }
+}
+
+void wait_request(transport::Request& r, Deadline deadline, const FailureFlag& failed, const std::string& what) {
+  for (unsigned long spin = 0;; ++spin) {
+    if (r.test()) return;
+    if ((spin & 63) == 0) {
+      if (failed.failed)
+        throw_scoped(ErrorScope::kRank, ErrorCode::kPeerFailed, "{}: another engine thread failed", what);
+      if (deadline.expired()) throw_error(ErrorCode::kTimeout, "{} ({}): nothing arrived in time", what, r.describe());
+    }
+    if (spin > 2000) std::this_thread::sleep_for(std::chrono::microseconds(spin > 20000 ? 50 : 2));
+  }
+}
+
+std::string ring_name(const std::string& job, int host) { return fmt::format("/trellis-{}-sched-h{}", job, host); }
+
+SamplerStage::SamplerStage(int rank, const EngineGrid& grid, transport::Link* const* shard_links, int vocab,
+                           int max_cols, int threads, const EngineOptions& opt, const FailureFlag& failed,
+                           Tracer& trace, Lane lane)
+    : rank_(rank), grid_(grid), shard_links_(shard_links, shard_links + grid.tp), vocab_(vocab), opt_(opt),
+      failed_(failed), trace_(trace), lane_(lane), sampler_(vocab, max_cols, threads), zt_(vocab, max_cols) {
+  for (int g = 0; g < grid.pp; ++g) states_.emplace_back(vocab, max_cols);
+}
+
+const std::vector<std::int32_t>& SamplerStage::run(const StageInput& in, const float* local) {
+  const int B = in.n_seqs();
+  zt_.set_batch(B);
+  // Every TP shard lands in its own row block of Z^T: concatenation without an all-gather.
+  std::vector<transport::RequestPtr> recvs(static_cast<std::size_t>(grid_.tp));
+  for (int k = 0; k < grid_.tp; ++k) {
+    auto [vb, ve] = vocab_range(vocab_, grid_.tp, k);
+    auto dst = zt_.shard(vb, ve);
+    if (k == grid_.tp_of(rank_)) {
+      std::memcpy(dst.data(), local, dst.size_bytes());
+    } else {
+      recvs[static_cast<std::size_t>(k)] = shard_links_[static_cast<std::size_t>(k)]->irecv(std::as_writable_bytes(dst), kTagLogits);
+    }
+  }
+  auto& state = states_[static_cast<std::size_t>(in.group)];
+  for (int j = 0; j < B; ++j) {
+    if (!in.fresh[static_cast<std::size_t>(j)]) continue;
+    auto b = in.tokens.begin();
+    std::int64_t off = 0;
+    for (int q = 0; q < j; ++q) off += in.lengths[static_cast<std::size_t>(q)];
+    state.bind(in.columns[static_cast<std::size_t>(j)], in.params[static_cast<std::size_t>(j)],
+               std::span<const std::int32_t>(&*(b + off), static_cast<std::size_t>(in.lengths[static_cast<std::size_t>(j)])));
+  }
+  {
+    Tracer::Span span(trace_, lane_, TraceCat::kRecv, "recv logits", in.iteration);
+    for (int k = 0; k < grid_.tp; ++k) {
+      if (!recvs[static_cast<std::size_t>(k)]) continue;
+      wait_request(*recvs[static_cast<std::size_t>(k)], Deadline::after(opt_.deadline), failed_,
+                   fmt::format("sampler on rank {}: logits of iteration {} from rank {} (stage {}, tp {})", rank_,
+                               in.iteration, grid_.rank_at(grid_.pp - 1, k), grid_.pp - 1, k));
+      auto want = zt_.shard(vocab_range(vocab_, grid_.tp, k).first, vocab_range(vocab_, grid_.tp, k).second).size_bytes();
+      if (recvs[static_cast<std::size_t>(k)]->bytes() != want)
+        throw_error(ErrorCode::kCorruptInput, "sampler on rank {}: logits shard from rank {} has {} bytes, expected {}",
+                    rank_, grid_.rank_at(grid_.pp - 1, k), recvs[static_cast<std::size_t>(k)]->bytes(), want);
+    }
+  }
+  out_.resize(static_cast<std::size_t>(B));
+  Tracer::Span span(trace_, lane_, TraceCat::kSample, "sample", in.iteration);
+  sampler_.sample(zt_.data(), B, state, out_, in.columns);
+  return out_;
+}
+
+}  // namespace trellis::runtime::detail

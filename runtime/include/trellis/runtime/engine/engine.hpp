@@ -1,0 +1,125 @@
+// The engine: pipelined generation over a p x t grid of ranks with SiPipe's techniques.
+//
+// Roles (one process per rank; threads inside):
+//  * forward executor (every rank, the caller's thread): per iteration takes the prepared
+//    input, receives the previous stage's hidden state (stage > 0), runs this stage's blocks
+//    (the TP all-reduces are inside), then streams the hidden state to the same TP index of
+//    the next stage, or, on the last stage, hands its vocabulary shard of the logits to the
+//    sampler (transposed to the column-wise layout).
+//  * CPU executor (every rank, --tsem): reads scheduling outputs from the host's ring
+//    channel and prepares iteration i+1 into the other input version while the forward of i
+//    runs (TokenSafe, SiPipe §5.2). Without TSEM the forward executor prepares inline.
+//  * sampler (last stage, TP index 0, --cpu-sampler): receives the t logits shards of each
+//    iteration straight into their rows of one column-wise buffer (no all-gather), samples
+//    with a thread pool and incremental penalties (§5.1), sends tokens to the scheduler.
+//    Without it, the last stage's forward executor samples inline (naive PP).
+//  * scheduler (rank 0): continuous batching over p microbatch groups; dispatches p
+//    iterations, then iteration n+p when the tokens of n are back (§4.2).
+//  * relay (lowest rank of every host but rank 0's): copies scheduling outputs that arrive
+//    over the transport into its host's ring (SiPipe's per-host BIC replica, §6).
+// Stage hand-off: transport::StageSender/StageReceiver in structure-aware mode (--sat;
+// receives posted ahead from the batch sizes in the scheduling outputs already read) or the
+// baseline mode (--no-sat).
+//
+// Errors: a bad request fails alone (Scheduler); a thread that fails stops this rank's
+// engine with its error; every wait is bounded by `deadline` and names the peer waited for.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "trellis/core/clock.hpp"
+#include "trellis/runtime/scheduler/scheduler.hpp"
+#include "trellis/runtime/trace/trace.hpp"
+#include "trellis/runtime/workload/workload.hpp"
+#include "trellis/transport/link.hpp"
+
+namespace trellis::runtime {
+
+// One iteration's input to a stage, as the CPU executor prepares it (one of the two TSEM
+// versions). Vectors keep their capacity between iterations, so steady state allocates
+// nothing; a GPU build binds these buffers to captured graphs per (version, batch size).
+struct StageInput {
+  std::int64_t iteration = -1;
+  int group = 0;
+  bool stop = false;
+  std::vector<std::int32_t> tokens;     // all input tokens, sequence after sequence
+  std::vector<std::int32_t> positions;  // position of every token
+  std::vector<std::int32_t> slots;      // per sequence: KV slot
+  std::vector<std::int32_t> starts;     // per sequence: position of its first token
+  std::vector<std::int32_t> lengths;    // per sequence: tokens in this iteration
+  std::vector<std::int32_t> fresh;      // per sequence: 1 on its first iteration
+  std::vector<std::int32_t> columns;    // per sequence: its sampler column in the group
+  std::vector<SamplingParams> params;   // per sequence: settings (meaningful when fresh)
+  int n_tokens() const { return static_cast<int>(tokens.size()); }
+  int n_seqs() const { return static_cast<int>(slots.size()); }
+};
+
+// What a stage computes; the Llama adapter (make_llama_stage) is the real one. Called from
+// the forward executor only.
+class StageCompute {
+ public:
+  virtual ~StageCompute() = default;
+  virtual int hidden_size() const = 0;
+  virtual int vocab_size() const = 0;
+  // This rank's vocabulary rows [begin, end) of the logits (last stage).
+  virtual int vocab_begin() const = 0;
+  virtual int vocab_end() const = 0;
+  // Runs this stage's blocks on x[T, H] (in place; stage 0 embeds in.tokens first and ignores
+  // x's contents). Records a span per block on `trace`.
+  virtual void forward(const StageInput& in, float* x, Tracer& trace) = 0;
+  // Last stage: this rank's logits for the last token of every sequence, row-major
+  // [n_seqs, vocab_end - vocab_begin].
+  virtual void logits(const StageInput& in, const float* x, float* out) = 0;
+};
+
+// Where every rank sits. rank_of[stage * tp + k] = world rank; host_of[world rank] = host id.
+struct EngineGrid {
+  int pp = 1, tp = 1;
+  std::vector<int> rank_of;
+  std::vector<int> host_of;
+  int stage_of(int rank) const;
+  int tp_of(int rank) const;
+  int rank_at(int stage, int k) const { return rank_of[static_cast<std::size_t>(stage * tp + k)]; }
+  int sampler_rank() const { return rank_at(pp - 1, 0); }
+  static EngineGrid contiguous(int pp, int tp, std::vector<int> host_of = {});
+};
+
+// The peers `rank` exchanges messages with (stage neighbours, sampler, scheduler, relays);
+// symmetric over the grid, for transport::connect.
+std::vector<int> engine_peers(const EngineGrid& grid, int rank);
+
+struct EngineOptions {
+  bool cpu_sampler = true;  // SiPipe §5.1; false: sample inline on the last stage
+  bool tsem = true;         // §5.2; false: prepare inputs inline before each forward
+  bool sat = true;          // §5.3; false: structure-unaware stage transfers
+  int sampler_threads = 2;
+  SchedulerConfig scheduler;  // groups must equal pp
+  Millis deadline{30000};     // longest any single wait
+  std::uint32_t ring_slots = 16;
+  std::uint32_t ring_slot_bytes = 1u << 20;
+  std::string job = "job";    // unique per job: names the shared-memory channels
+  bool keep_trace = false;
+  const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT): stop admitting, drain, exit
+};
+
+struct EngineResult {
+  // Rank 0 only: per request, as the scheduler saw it, plus wait/reject notes.
+  std::vector<RequestResult> results;
+  std::vector<std::string> notes;
+  bool interrupted = false;  // stopped by EngineOptions::stop before all requests finished
+  double start_s = 0, wall_s = 0;
+  std::uint64_t iterations = 0;
+};
+
+// Runs the engine on this rank until the scheduler says stop. `links` reaches every peer of
+// engine_peers(grid, rank) and may be used from several threads (the engine serialises its
+// calls). `requests` matter on rank 0 only. `tracer` receives this rank's spans.
+EngineResult run_engine(int rank, const EngineGrid& grid, transport::Transport& links, StageCompute& stage,
+                        const std::vector<Request>& requests, const EngineOptions& options, Tracer& tracer);
+
+}  // namespace trellis::runtime

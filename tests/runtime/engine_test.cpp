@@ -1,0 +1,227 @@
+// The engine over ranks-as-threads with the test-only stand-in stage (engine_fixture.hpp):
+// pipelining, continuous batching, TP shard concatenation, the three techniques and their
+// ablations, failures. Token identity across layouts is the correctness criterion.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "engine_fixture.hpp"
+#include "trellis/runtime/sampling/sampler.hpp"
+
+using namespace trellis;
+using namespace trellis::runtime;
+using trellis::test::StandInStage;
+
+namespace {
+
+constexpr int kVocab = 61, kLayers = 4;
+
+std::vector<Request> workload(bool sampled) {
+  std::vector<Request> reqs;
+  for (int i = 0; i < 11; ++i) {
+    Request r;
+    r.id = i;
+    r.name = fmt::format("q{}", i);
+    for (int j = 0; j < 2 + (i * 5) % 7; ++j) r.prompt.push_back((i * 13 + j * 7) % kVocab);
+    r.sampling.max_tokens = 3 + i % 6;
+    if (sampled && i % 3 != 0) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.top_k = i % 2 ? 10 : 0;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 100 + static_cast<std::uint64_t>(i);
+      r.sampling.frequency_penalty = 0.4f;
+      r.sampling.repetition_penalty = 1.2f;
+    } else {
+      r.sampling.greedy = true;
+    }
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+struct Run {
+  EngineResult result;
+  std::vector<std::string> errors;  // per rank, empty when fine
+};
+
+std::atomic<int> g_job{0};
+
+Run run_layout(int pp, int tp, const std::vector<Request>& reqs, EngineOptions opt, std::vector<int> hosts = {},
+               int skip_rank = -1) {
+  auto grid = EngineGrid::contiguous(pp, tp, hosts);
+  const int n = pp * tp;
+  opt.scheduler.groups = pp;
+  if (opt.scheduler.kv_budget_tokens == 0) opt.scheduler.kv_budget_tokens = 4096;
+  opt.job = fmt::format("t{}-{}", ::getpid(), g_job++);
+  opt.ring_slot_bytes = 64 << 10;
+  if (opt.deadline == Millis(30000)) opt.deadline = Millis(20000);
+  test::InProcHub hub;
+  Run run;
+  run.errors.resize(static_cast<std::size_t>(n));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r) {
+    if (r == skip_rank) continue;  // a rank that died before doing anything
+    ranks.emplace_back([&, r] {
+      try {
+        test::InProcTransport links(hub, r);
+        StandInStage stage(kVocab, kLayers, pp, grid.stage_of(r), tp, grid.tp_of(r),
+                           pp * opt.scheduler.max_seqs_per_group);
+        Tracer tracer(false);
+        auto res = run_engine(r, grid, links, stage, reqs, opt, tracer);
+        if (r == 0) run.result = std::move(res);
+      } catch (const std::exception& e) {
+        run.errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  return run;
+}
+
+EngineOptions base_options() {
+  EngineOptions o;
+  o.scheduler.max_seqs_per_group = 3;
+  o.scheduler.max_context = 64;
+  o.sampler_threads = 1;
+  return o;
+}
+
+std::vector<std::vector<std::int32_t>> outputs(const Run& r) {
+  std::vector<std::vector<std::int32_t>> out;
+  for (const auto& res : r.result.results) out.push_back(res.output);
+  return out;
+}
+
+void expect_clean(const Run& r) {
+  for (std::size_t i = 0; i < r.errors.size(); ++i) EXPECT_EQ(r.errors[i], "") << "rank " << i;
+}
+
+// Greedy generation of one request, one token at a time, straight on a single stand-in.
+std::vector<std::int32_t> direct_greedy(const Request& r) {
+  StandInStage st(kVocab, kLayers, 1, 0, 1, 0, 1);
+  Tracer t(false);
+  std::vector<std::int32_t> out;
+  std::vector<std::int32_t> feed = r.prompt;
+  int pos = 0;
+  for (int step = 0; step < r.sampling.max_tokens; ++step) {
+    StageInput in;
+    in.tokens = feed;
+    for (std::size_t j = 0; j < feed.size(); ++j) in.positions.push_back(pos + static_cast<int>(j));
+    in.slots = {0};
+    in.starts = {pos};
+    in.lengths = {static_cast<int>(feed.size())};
+    in.fresh = {step == 0 ? 1 : 0};
+    std::vector<float> x(feed.size() * StandInStage::kHidden), logits(kVocab);
+    st.forward(in, x.data(), t);
+    st.logits(in, x.data(), logits.data());
+    auto best = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(best);
+    pos += static_cast<int>(feed.size());
+    feed = {best};
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Engine, GreedyIdenticalAcrossLayoutsAndToDirectDecoding) {
+  auto reqs = workload(false);
+  auto single = run_layout(1, 1, reqs, base_options());
+  expect_clean(single);
+  ASSERT_EQ(single.result.results.size(), reqs.size());
+  for (const auto& res : single.result.results) {
+    EXPECT_EQ(res.status, RequestStatus::kFinished) << res.id;
+    EXPECT_EQ(res.output, direct_greedy(reqs[static_cast<std::size_t>(res.id)])) << res.id;
+  }
+  for (auto [pp, tp] : {std::pair{1, 2}, {2, 1}, {2, 2}, {4, 1}}) {
+    auto r = run_layout(pp, tp, reqs, base_options());
+    expect_clean(r);
+    EXPECT_EQ(outputs(r), outputs(single)) << pp << "x" << tp;
+  }
+}
+
+TEST(Engine, TwoEmulatedHostsRelayTheSchedule) {
+  auto reqs = workload(false);
+  auto single = run_layout(1, 1, reqs, base_options());
+  auto r = run_layout(2, 2, reqs, base_options(), {0, 0, 1, 1});
+  expect_clean(r);
+  EXPECT_EQ(outputs(r), outputs(single));
+}
+
+TEST(Engine, SeededSamplingReproducibleAcrossLayouts) {
+  auto reqs = workload(true);
+  auto single = run_layout(1, 1, reqs, base_options());
+  expect_clean(single);
+  auto again = run_layout(1, 1, reqs, base_options());
+  EXPECT_EQ(outputs(again), outputs(single));
+  for (auto [pp, tp] : {std::pair{2, 2}, {4, 1}}) {
+    auto opt = base_options();
+    opt.sampler_threads = 3;
+    opt.scheduler.max_seqs_per_group = 2;  // other microbatches, other columns
+    auto r = run_layout(pp, tp, reqs, opt);
+    expect_clean(r);
+    EXPECT_EQ(outputs(r), outputs(single)) << pp << "x" << tp;
+  }
+}
+
+TEST(Engine, AblationsChangeTimingNotTokens) {
+  auto reqs = workload(true);
+  auto ref = run_layout(2, 2, reqs, base_options());
+  expect_clean(ref);
+  for (int mask = 0; mask < 8; ++mask) {
+    auto opt = base_options();
+    opt.cpu_sampler = mask & 1;
+    opt.tsem = mask & 2;
+    opt.sat = mask & 4;
+    auto r = run_layout(2, 2, reqs, opt);
+    expect_clean(r);
+    EXPECT_EQ(outputs(r), outputs(ref)) << "cpu_sampler " << opt.cpu_sampler << " tsem " << opt.tsem << " sat "
+                                        << opt.sat;
+  }
+}
+
+TEST(Engine, BadRequestsFailAloneAndKvBudgetMakesOthersWait) {
+  auto reqs = workload(false);
+  reqs[2].error = "p.jsonl:3: top_p must be in (0, 1], got 2";
+  reqs[5].prompt.assign(80, 1);  // longer than the context of 64
+  auto opt = base_options();
+  opt.scheduler.kv_budget_tokens = 24;  // two or three sequences at a time
+  auto r = run_layout(2, 1, reqs, opt);
+  expect_clean(r);
+  auto single = run_layout(1, 1, workload(false), base_options());
+  for (const auto& res : r.result.results) {
+    if (res.id == 2 || res.id == 5) {
+      EXPECT_EQ(res.status, RequestStatus::kFailed);
+      continue;
+    }
+    EXPECT_EQ(res.status, RequestStatus::kFinished);
+    EXPECT_EQ(res.output, single.result.results[static_cast<std::size_t>(res.id)].output) << res.id;
+  }
+  EXPECT_NE(r.result.results[2].reason.find("top_p"), std::string::npos);
+  EXPECT_NE(r.result.results[5].reason.find("context"), std::string::npos);
+  bool waited = false;
+  for (const auto& n : r.result.notes) waited = waited || n.find("waits: KV cache full") != std::string::npos;
+  EXPECT_TRUE(waited);
+}
+
+TEST(Engine, StopFlagDrainsAndEndsEveryRank) {
+  std::atomic<bool> stop{true};
+  auto opt = base_options();
+  opt.stop = &stop;
+  auto r = run_layout(2, 2, workload(false), opt);
+  expect_clean(r);
+  EXPECT_TRUE(r.result.interrupted);
+  for (const auto& res : r.result.results) EXPECT_NE(res.status, RequestStatus::kRunning);
+}
+
+TEST(Engine, DeadRankIsNamedWithinTheDeadline) {
+  auto opt = base_options();
+  opt.deadline = Millis(700);
+  auto start = now_seconds();
+  auto r = run_layout(2, 1, workload(false), opt, {}, /*skip_rank=*/1);
+  EXPECT_LT(now_seconds() - start, 10.0);
+  ASSERT_FALSE(r.errors[0].empty());
+  EXPECT_NE(r.errors[0].find("rank 1"), std::string::npos) << r.errors[0];
+}
