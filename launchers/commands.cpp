@@ -17,6 +17,8 @@ constexpr std::array kCommands = {
                 &define_bench_ring},
     CommandSpec{"topo", "Show hosts, GPUs, NICs and their links (live, hwloc XML or synthetic) and place a PP x TP grid",
                 &define_topo},
+    CommandSpec{"plan", "Predict throughput, TPOT, TTFT and memory of every PP x TP x variant layout and rank them",
+                &define_plan},
 };
 
 }  // namespace

@@ -34,5 +34,6 @@ std::span<const GroupSpec> all_groups();
 Action define_info(CLI::App& sub);
 Action define_bench_ring(CLI::App& sub);
 Action define_topo(CLI::App& sub);
+Action define_plan(CLI::App& sub);
 
 }  // namespace trellis::launchers

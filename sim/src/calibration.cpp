@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -61,10 +62,34 @@ CalibratedLink read_link(const Reader& r, const json& l, const std::string& p) {
   if (l.contains("points")) return fit(r, l["points"], p + "points");
   CalibratedLink c;
   c.alpha_s = r.num(l, "alpha_us", p, false) * 1e-6;
-  c.bandwidth = r.num(l, "bandwidth_GBps", p) * 1e9;
+  c.bandwidth = r.num(l, "bandwidth_GBps", p, false) * 1e9;
   c.min_bytes = l.contains("min_bytes") ? r.num(l, "min_bytes", p, false) : 0;
   c.max_bytes = l.contains("max_bytes") ? r.num(l, "max_bytes", p) : 0;
   return c;
+}
+
+// One "allreduce" entry, or nothing when it is a peer's or has no fitted bandwidth.
+std::optional<std::pair<LinkKind, CalibratedAllreduce>> read_allreduce(const Reader& r, const json& a,
+                                                                       const std::string& p) {
+  if (!a.is_object()) r.fail(p, "must be an object");
+  const json& cls = r.need(a, "class", p);
+  const json& alg = r.need(a, "algorithm", p);
+  if (!cls.is_string()) r.fail(p + "class", "must be a string");
+  if (!alg.is_string()) r.fail(p + "algorithm", "must be a string");
+  CalibratedAllreduce m;
+  m.algorithm = alg.get<std::string>();
+  m.ranks = static_cast<int>(r.num(a, "ranks", p));
+  m.alpha_s = r.num(a, "alpha_us", p, false) * 1e-6;
+  m.bus_bandwidth = r.num(a, "bus_bandwidth_GBps", p, false) * 1e9;
+  LinkKind kind;
+  try {
+    kind = parse_link_kind(cls.get<std::string>());
+  } catch (const Error& e) {
+    r.fail(p + "class", e.what());
+  }
+  // Peers measured beside trellis are references, not what a trellis run will use.
+  if (m.algorithm == "MPI_Allreduce" || m.algorithm == "gloo" || m.bus_bandwidth <= 0) return std::nullopt;
+  return std::make_pair(kind, m);
 }
 
 }  // namespace
@@ -112,6 +137,18 @@ Calibration Calibration::parse(std::string_view text, std::string_view origin) {
       c.links_[kind] = read_link(r, links[i], p);
     }
   }
+  if (j.contains("allreduce")) {
+    const json& ar = j["allreduce"];
+    if (!ar.is_array()) r.fail("allreduce", "must be an array");
+    for (std::size_t i = 0; i < ar.size(); ++i) {
+      auto m = read_allreduce(r, ar[i], "allreduce[" + std::to_string(i) + "].");
+      if (!m) continue;
+      const auto key = std::make_pair(m->first, m->second.ranks);
+      auto it = c.allreduce_.find(key);
+      if (it == c.allreduce_.end() || m->second.seconds(1 << 20) < it->second.seconds(1 << 20))
+        c.allreduce_[key] = m->second;
+    }
+  }
   if (j.contains("compute")) {
     const json& cj = j["compute"];
     if (!cj.is_object()) r.fail("compute", "must be an object");
@@ -121,7 +158,8 @@ Calibration Calibration::parse(std::string_view text, std::string_view origin) {
     cc.memory_bandwidth = r.num(cj, "memory_bandwidth", "compute.");
     c.compute_ = cc;
   }
-  if (c.links_.empty() && !c.compute_) r.fail("links", "and 'compute' are both absent: nothing to calibrate");
+  if (c.links_.empty() && !c.compute_ && c.allreduce_.empty())
+    r.fail("links", "and 'allreduce' and 'compute' are all absent: nothing to calibrate");
   return c;
 }
 
@@ -131,6 +169,11 @@ Calibration Calibration::load(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return parse(s.str(), path);
+}
+
+const CalibratedAllreduce* Calibration::allreduce(LinkKind kind, int ranks) const {
+  auto it = allreduce_.find({kind, ranks});
+  return it == allreduce_.end() ? nullptr : &it->second;
 }
 
 const CalibratedLink* Calibration::link(LinkKind kind) const {

@@ -38,7 +38,7 @@ LinkCost make_cost(LinkKind k, double topo_bandwidth, const DeviceSpec& d, const
   if (const CalibratedLink* m = cal ? cal->link(k) : nullptr) {
     c.name = fmt::format("calibrated:{}", to_string(k));
     c.alpha_s = m->alpha_s;
-    c.bandwidth = m->bandwidth;
+    c.bandwidth = m->bandwidth > 0 ? m->bandwidth : (topo_bandwidth > 0 ? topo_bandwidth : default_link(k, d).bandwidth);
     c.calibrated = true;
     c.max_calibrated_bytes = m->max_bytes;
     return c;
@@ -127,8 +127,16 @@ ClusterView make_cluster_view(const topology::Topology& topo, const std::string&
       c.warnings.push_back(fmt::format("hosts differ ({} vs {}); every host is modelled as {}", h.name, h0.name, h0.name));
       break;
     }
+  if (cal)
+    for (const auto& [key, fit] : cal->allreduce_fits()) {
+      c.allreduce_fits.push_back({key, {fit.alpha_s, fit.bus_bandwidth}});
+      c.allreduce_algorithms.push_back(fit.algorithm);
+    }
   std::set<std::string> classes;
-  for (const auto& l : c.intra) classes.insert(l.name);
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b) classes.insert(c.intra[static_cast<std::size_t>(a * n + b)].name);
+  if (classes.empty()) classes.insert("-");
   c.description = fmt::format("{} host(s) x {} {}, in-host {}, fabric {} ({} port(s) x {:.1f} GB/s)", c.hosts, n,
                               c.device.name, fmt::join(classes, "/"), c.inter.name, ports, c.inter.bandwidth / 1e9);
   return c;
@@ -167,6 +175,13 @@ LayoutLinks layout_links(const ClusterView& c, int p, int t, int first_rank) {
     }
   }
   out.tp.inter = fabric_share(dph);
+  const LinkKind group_kind = out.tp.hosts > 1 ? c.inter.kind : out.tp.intra.kind;
+  for (std::size_t i = 0; i < c.allreduce_fits.size(); ++i)
+    if (c.allreduce_fits[i].first == std::make_pair(group_kind, t)) {
+      out.tp.measured_alpha_s = c.allreduce_fits[i].second.first;
+      out.tp.measured_bus_bandwidth = c.allreduce_fits[i].second.second;
+      out.tp.measured_algorithm = c.allreduce_algorithms[i];
+    }
   for (int s = 0; s + 1 < p; ++s) {
     LinkCost worst;
     bool crosses = false, have = false;

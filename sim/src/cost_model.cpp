@@ -169,6 +169,8 @@ double transfer_time(const LinkCost& l, double bytes) { return l.alpha_s + bytes
 
 double allreduce_time(const GroupLinks& g, double bytes) {
   if (g.ranks <= 1) return 0;
+  if (g.measured_bus_bandwidth > 0)
+    return g.measured_alpha_s + 2.0 * (g.ranks - 1) / g.ranks * bytes / g.measured_bus_bandwidth;
   if (g.hosts <= 1) {
     const double t = g.ranks;
     return 2 * log2_steps(g.ranks) * g.intra.alpha_s + 2 * (t - 1) / t * bytes / g.intra.bandwidth;

@@ -170,6 +170,12 @@ std::string why_line(const PlanResult& res) {
                        c.layout.p, c.layout.t, c.total_tokens_per_s, 100 * c.total_tokens_per_s / w.total_tokens_per_s);
       break;
     }
+  for (const auto& b : res.bounds)
+    if (b.replicas == w.replicas && b.layout.p == w.layout.p && b.layout.t == w.layout.t &&
+        b.layout.microbatches == w.layout.microbatches && b.batch == w.batch) {
+      vs += fmt::format("; it reaches {:.0f}% of its no-communication bound", 100 * w.total_tokens_per_s / b.total_tokens_per_s);
+      break;
+    }
   return w.prediction.dominant + vs;
 }
 
@@ -189,13 +195,21 @@ PlanResult plan(const PlanRequest& r) {
       const int p = per / t;
       if (p > r.model.layers) continue;  // reported once below as a shape constraint
       const LayoutLinks links = layout_links(r.cluster, p, t);
-      for (Variant v : r.variants)
+      for (Variant v : r.variants) {
+        // Variants only change TP communication: with t = 1 they are all `standard`, and
+        // the appendix model has no variants at all.
+        if (v != Variant::kStandard && (t == 1 || r.kind == ModelKind::kAppendix) &&
+            std::find(r.variants.begin(), r.variants.end(), Variant::kStandard) != r.variants.end())
+          continue;
         for (int batch : r.batches)
           for (int m : microbatch_options(p, batch)) {
             Layout l{p, t, m, v, r.lp_fraction};
             Candidate c = evaluate(r, d, l, batch, links);
             ++res.evaluated;
-            if (!c.prediction.feasible || !c.slo_miss.empty()) {
+            if (c.prediction.feasible && c.slo_miss.empty() && v == Variant::kNocomm) {
+              res.feasible.push_back(c);
+              res.bounds.push_back(std::move(c));  // an upper bound, never a pick
+            } else if (!c.prediction.feasible || !c.slo_miss.empty()) {
               if (c.prediction.feasible) res.feasible.push_back(c);
               res.rejected.push_back(std::move(c));
             } else {
@@ -203,6 +217,7 @@ PlanResult plan(const PlanRequest& r) {
               res.ranked.push_back(std::move(c));
             }
           }
+      }
     }
   }
   std::sort(res.ranked.begin(), res.ranked.end(), [](const Candidate& a, const Candidate& b) {

@@ -9,7 +9,12 @@
 //                  "alpha_us": 3.1, "bandwidth_GBps": 9.5, "min_bytes": 8, "max_bytes": 4194304,
 //                  // ... or raw points, fitted here by least squares (time = alpha + bytes/bw)
 //                  "points": [ { "bytes": 8, "seconds": 3.2e-6 }, ... ] } ],
+//     "allreduce": [ { "class": "shm", "algorithm": "ring", "ranks": 4, "alpha_us": 9.0,
+//                      "bus_bandwidth_GBps": 2.1 } ],
 //     "compute": { "device": "cpu", "flops": 1.1e11, "memory_bandwidth": 1.2e10 } }
+//
+// This is the file transport/'s calibration.hpp writes; a bandwidth_GBps of 0 (the writer
+// could not fit one) keeps the catalog bandwidth with the measured alpha.
 //
 // Unknown top-level keys are ignored (the file may carry more); a present field of the
 // wrong type, a missing required field or an impossible value throws kCorruptInput naming
@@ -27,9 +32,20 @@ namespace trellis::sim {
 
 struct CalibratedLink {
   double alpha_s = 0;
-  double bandwidth = 0;       // bytes/s
+  double bandwidth = 0;       // bytes/s; 0 = not measured (keep the catalog's)
   double min_bytes = 0;       // measured range
   double max_bytes = 0;
+};
+
+// A measured all-reduce: time(bytes) = alpha + 2 (P-1)/P * bytes / bus_bandwidth.
+struct CalibratedAllreduce {
+  std::string algorithm;      // "ring", "hierarchical", "shm", ...
+  int ranks = 0;
+  double alpha_s = 0;
+  double bus_bandwidth = 0;   // bytes/s
+  double seconds(double bytes) const {
+    return alpha_s + (ranks > 1 ? 2.0 * (ranks - 1) / ranks * bytes / bus_bandwidth : 0);
+  }
 };
 
 struct CalibratedCompute {
@@ -48,10 +64,15 @@ class Calibration {
   // The measured figures for a link class, if the file has them.
   const CalibratedLink* link(LinkKind kind) const;
   const std::optional<CalibratedCompute>& compute() const { return compute_; }
+  // The fastest trellis all-reduce measured on `kind` with exactly `ranks` ranks (peers
+  // such as MPI_Allreduce and gloo are not trellis algorithms and are skipped), or null.
+  const CalibratedAllreduce* allreduce(LinkKind kind, int ranks) const;
+  const std::map<std::pair<LinkKind, int>, CalibratedAllreduce>& allreduce_fits() const { return allreduce_; }
 
  private:
   std::string origin_, machine_;
   std::map<LinkKind, CalibratedLink> links_;
+  std::map<std::pair<LinkKind, int>, CalibratedAllreduce> allreduce_;
   std::optional<CalibratedCompute> compute_;
 };
 

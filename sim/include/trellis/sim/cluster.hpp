@@ -13,13 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "trellis/sim/calibration.hpp"
 #include "trellis/sim/catalog.hpp"
 #include "trellis/sim/cost_model.hpp"
 #include "trellis/topology/topology.hpp"
 
 namespace trellis::sim {
-
-class Calibration;
 
 struct ClusterView {
   std::string description;      // "2 hosts x 8 H100-SXM, nvlink, rdma 8 x 50.0 GB/s"
@@ -32,6 +31,9 @@ struct ClusterView {
   double host_fabric_bandwidth = 0;  // all of a host's fabric ports together, bytes/s
   double host_link_bandwidth = 0;    // device <-> host (PCIe) cap on a rank's fabric share
   std::vector<std::string> warnings;
+  // Measured all-reduces from the calibration, by (link class, ranks).
+  std::vector<std::pair<std::pair<LinkKind, int>, std::pair<double, double>>> allreduce_fits;  // alpha, bus bw
+  std::vector<std::string> allreduce_algorithms;  // parallel to allreduce_fits
 
   int ranks() const { return hosts * devices_per_host; }
 };

@@ -54,6 +54,11 @@ struct GroupLinks {
   int hosts = 1;
   LinkCost intra;
   LinkCost inter;
+  // A measured all-reduce for exactly this group size and link class (calibration), used
+  // in place of the alpha-beta formula: alpha + 2 (t-1)/t bytes / bus bandwidth.
+  double measured_alpha_s = 0;
+  double measured_bus_bandwidth = 0;  // 0: not measured
+  std::string measured_algorithm;
 };
 
 // Links one layout uses: its TP group and its p-1 stage boundaries (rank j of stage i sends
@@ -161,7 +166,8 @@ struct Prediction {
   std::vector<std::string> warnings;  // e.g. a message size outside the calibrated range
 };
 
-// Time of one all-reduce of `bytes` over a TP group (0 for one rank): Rabenseifner
+// Time of one all-reduce of `bytes` over a TP group (0 for one rank): the calibrated fit
+// when the group has one; otherwise Rabenseifner
 // (reduce-scatter + all-gather, 2 ceil(log2 t) steps) within a host; hierarchical
 // (intra-host reduce-scatter, inter-host all-reduce of the shard, intra all-gather) across.
 double allreduce_time(const GroupLinks& g, double bytes);

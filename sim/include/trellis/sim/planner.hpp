@@ -52,6 +52,7 @@ struct PlanResult {
   std::vector<Candidate> ranked;    // feasible and within the SLO, best first
   std::vector<Candidate> rejected;  // infeasible or missing the SLO, with the reason
   std::vector<Candidate> feasible;  // every feasible candidate (for the Pareto chart)
+  std::vector<Candidate> bounds;    // feasible nocomm layouts: upper bounds, never ranked
   long evaluated = 0;
   std::string binding_constraint;   // when `ranked` is empty: what stopped every layout
   std::string why;                  // one line: why the winner wins

@@ -1,0 +1,62 @@
+// Validation against reality: measured runs (from `trellis run` sweeps, see
+// sim/scripts/plan_validate.sh) compared with the planner's predictions for the same
+// layouts. The measurements file:
+//
+//   { "schema": "trellis.measurements.v1",
+//     "runs": [ { "pp": 1, "tp": 2, "batch": 4, "variant": "standard", "microbatches": 1,
+//                 "prompt_len": 64, "gen_len": 32, "cluster": "hosts=2,nics=1x1g-eth",
+//                 "tokens_per_s": 123.4, "tpot_ms": 31.0 }, ... ] }
+//
+// "cluster" (a synthetic spec) is optional: without it a run is predicted on the request's
+// cluster. "microbatches", "prompt_len", "gen_len" default to 1 and the request's lengths.
+// A malformed file throws kCorruptInput naming the file and the field.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "trellis/sim/planner.hpp"
+
+namespace trellis::sim {
+
+class Calibration;
+
+struct Measurement {
+  int p = 1, t = 1, batch = 1, microbatches = 1;
+  Variant variant = Variant::kStandard;
+  int prompt_len = 0, gen_len = 0;  // 0: the request's
+  std::string cluster;               // synthetic spec, or "" for the request's cluster
+  double tokens_per_s = 0;
+  double tpot_s = 0;
+};
+
+struct ValidationRow {
+  Measurement measured;
+  Prediction predicted;
+  double tokens_error = 0;  // (predicted - measured) / measured
+  double tpot_error = 0;
+};
+
+struct ValidationReport {
+  std::vector<ValidationRow> rows;
+  double median_abs_error = 0;  // over both metrics of every row
+  double p90_abs_error = 0;
+  // Per workload (batch, lengths, cluster): did the predicted best layout measure within
+  // 5% of the measured best?
+  int top_pick_groups = 0, top_pick_ok = 0;
+  std::vector<std::string> notes;
+};
+
+std::vector<Measurement> parse_measurements(const std::string& json_text, const std::string& origin);
+std::vector<Measurement> load_measurements(const std::string& path);
+
+// Predicts every measured layout with the request's settings (its cluster, or the run's
+// own synthetic cluster with the same calibration) and compares.
+ValidationReport validate(const PlanRequest& request, const std::vector<Measurement>& runs,
+                          const Calibration* calibration = nullptr);
+
+// The table: one row per run with measured vs predicted tokens/s and TPOT and the errors,
+// then median and p90 |error| and the top-pick result.
+std::string format_validation(const ValidationReport& report);
+
+}  // namespace trellis::sim

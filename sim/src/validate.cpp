@@ -1,0 +1,170 @@
+// Measured vs predicted. The error is signed (predicted - measured) / measured per metric;
+// the summary uses |error| over both metrics, so a model that gets throughput right by
+// getting latency wrong does not pass.
+#include "trellis/sim/validate.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "trellis/core/error.hpp"
+#include "trellis/sim/calibration.hpp"
+#include "trellis/topology/discovery.hpp"
+
+namespace trellis::sim {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& origin, const std::string& field, const std::string& what) {
+  throw_error(ErrorCode::kCorruptInput, "measurements file {}: field '{}' {}", origin, field, what);
+}
+
+double number(const json& r, const char* key, const std::string& path, const std::string& origin, bool required) {
+  auto it = r.find(key);
+  if (it == r.end()) {
+    if (required) bad(origin, path + key, "is missing");
+    return 0;
+  }
+  if (!it->is_number() || !(it->get<double>() > 0)) bad(origin, path + key, "must be a number > 0");
+  return it->get<double>();
+}
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const auto hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+}  // namespace
+
+std::vector<Measurement> parse_measurements(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw_error(ErrorCode::kCorruptInput, "measurements file {}: not valid JSON: {}", origin, e.what());
+  }
+  if (!j.is_object() || j.value("schema", std::string()) != "trellis.measurements.v1")
+    bad(origin, "schema", "must be \"trellis.measurements.v1\"");
+  if (!j.contains("runs") || !j["runs"].is_array()) bad(origin, "runs", "must be an array");
+  std::vector<Measurement> out;
+  for (std::size_t i = 0; i < j["runs"].size(); ++i) {
+    const json& r = j["runs"][i];
+    const std::string p = "runs[" + std::to_string(i) + "].";
+    if (!r.is_object()) bad(origin, p, "must be an object");
+    Measurement m;
+    m.p = static_cast<int>(number(r, "pp", p, origin, true));
+    m.t = static_cast<int>(number(r, "tp", p, origin, true));
+    m.batch = static_cast<int>(number(r, "batch", p, origin, true));
+    m.microbatches = r.contains("microbatches") ? static_cast<int>(number(r, "microbatches", p, origin, true)) : 1;
+    m.prompt_len = static_cast<int>(number(r, "prompt_len", p, origin, false));
+    m.gen_len = static_cast<int>(number(r, "gen_len", p, origin, false));
+    m.tokens_per_s = number(r, "tokens_per_s", p, origin, true);
+    m.tpot_s = number(r, "tpot_ms", p, origin, true) * 1e-3;
+    if (r.contains("variant")) {
+      if (!r["variant"].is_string()) bad(origin, p + "variant", "must be a string");
+      try {
+        m.variant = parse_variant(r["variant"].get<std::string>());
+      } catch (const Error& e) {
+        bad(origin, p + "variant", e.what());
+      }
+    }
+    if (r.contains("cluster")) {
+      if (!r["cluster"].is_string()) bad(origin, p + "cluster", "must be a synthetic spec string");
+      m.cluster = r["cluster"].get<std::string>();
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+std::vector<Measurement> load_measurements(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw_error(ErrorCode::kNotFound, "cannot open measurements file {}", path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return parse_measurements(s.str(), path);
+}
+
+ValidationReport validate(const PlanRequest& request, const std::vector<Measurement>& runs,
+                          const Calibration* calibration) {
+  ValidationReport rep;
+  std::vector<double> errors;
+  std::map<std::string, std::vector<std::size_t>> groups;
+  for (const auto& m : runs) {
+    PlanRequest r = request;
+    if (!m.cluster.empty())
+      r.cluster = make_cluster_view(topology::parse_synthetic(m.cluster), r.cluster.device.name, calibration);
+    if (m.prompt_len > 0) r.work.prompt_len = m.prompt_len;
+    if (m.gen_len > 0) r.work.gen_len = m.gen_len;
+    Layout l{m.p, m.t, m.microbatches, m.variant, r.lp_fraction};
+    if (m.p * m.t > r.cluster.ranks())
+      throw_error(ErrorCode::kInvalidArgument, "measured layout p={} t={} needs more ranks than the cluster's {}", m.p,
+                  m.t, r.cluster.ranks());
+    Candidate c = evaluate(r, 1, l, m.batch, layout_links(r.cluster, m.p, m.t));
+    ValidationRow row{m, c.prediction, 0, 0};
+    if (c.prediction.feasible) {
+      // Measured tokens/s are decode throughput of the batch; compare like with like.
+      row.tokens_error = (c.prediction.decode_tokens_per_s - m.tokens_per_s) / m.tokens_per_s;
+      row.tpot_error = (c.prediction.tpot_s - m.tpot_s) / m.tpot_s;
+      errors.push_back(std::abs(row.tokens_error));
+      errors.push_back(std::abs(row.tpot_error));
+    } else {
+      rep.notes.push_back(fmt::format("p={} t={} batch {}: the model calls it infeasible ({})", m.p, m.t, m.batch,
+                                      c.prediction.reason));
+    }
+    groups[fmt::format("batch {} prompt {} gen {} on {}", m.batch, r.work.prompt_len, r.work.gen_len,
+                       m.cluster.empty() ? "the request's cluster" : m.cluster)]
+        .push_back(rep.rows.size());
+    rep.rows.push_back(std::move(row));
+  }
+  rep.median_abs_error = quantile(errors, 0.5);
+  rep.p90_abs_error = quantile(errors, 0.9);
+  for (const auto& [name, idx] : groups) {
+    if (idx.size() < 2) continue;
+    std::size_t best_measured = idx[0], best_predicted = idx[0];
+    for (std::size_t i : idx) {
+      if (rep.rows[i].measured.tokens_per_s > rep.rows[best_measured].measured.tokens_per_s) best_measured = i;
+      if (rep.rows[i].predicted.decode_tokens_per_s > rep.rows[best_predicted].predicted.decode_tokens_per_s)
+        best_predicted = i;
+    }
+    ++rep.top_pick_groups;
+    const double got = rep.rows[best_predicted].measured.tokens_per_s, best = rep.rows[best_measured].measured.tokens_per_s;
+    if (got >= 0.95 * best) ++rep.top_pick_ok;
+    else
+      rep.notes.push_back(fmt::format("{}: predicted best p={} t={} {} measured {:.1f} tokens/s, {:.0f}% below the "
+                                      "measured best", name, rep.rows[best_predicted].measured.p,
+                                      rep.rows[best_predicted].measured.t,
+                                      to_string(rep.rows[best_predicted].measured.variant), got, 100 * (1 - got / best)));
+  }
+  return rep;
+}
+
+std::string format_validation(const ValidationReport& rep) {
+  std::string s = fmt::format("{:>3} {:>3} {:<9} {:>5} {:>12} {:>12} {:>7} {:>9} {:>9} {:>7}  {}\n", "p", "t", "variant",
+                              "batch", "meas tok/s", "pred tok/s", "err", "meas TPOT", "pred TPOT", "err", "cluster");
+  for (const auto& r : rep.rows) {
+    const auto& m = r.measured;
+    s += fmt::format("{:>3} {:>3} {:<9} {:>5} {:>12.1f} {:>12.1f} {:>+6.0f}% {:>7.2f}ms {:>7.2f}ms {:>+6.0f}%  {}\n", m.p,
+                     m.t, to_string(m.variant), m.batch, m.tokens_per_s, r.predicted.decode_tokens_per_s,
+                     100 * r.tokens_error, m.tpot_s * 1e3, r.predicted.tpot_s * 1e3, 100 * r.tpot_error,
+                     m.cluster.empty() ? "-" : m.cluster);
+  }
+  s += fmt::format("median |error| {:.1f}% (target <= 15%), p90 |error| {:.1f}% (target <= 30%)\n",
+                   100 * rep.median_abs_error, 100 * rep.p90_abs_error);
+  s += fmt::format("top pick within 5% of the measured best in {} of {} workloads\n", rep.top_pick_ok,
+                   rep.top_pick_groups);
+  for (const auto& n : rep.notes) s += "note: " + n + "\n";
+  return s;
+}
+
+}  // namespace trellis::sim
