@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""trellis vs llama.cpp (llama-cpp-python) on the same GGUF file (SmolLM2-135M-Instruct Q4_1).
+
+  logits  next-token logits at every position of a long text (an offline corpus: a licence
+          text Debian ships, default /usr/share/common-licenses/Apache-2.0): top-1 agreement
+          and the distribution of |logit difference|. Target: top-1 agreement >= 99%.
+  greedy  greedy continuations of 20 chat prompts; target: the first 16 tokens identical on
+          >= 90% of prompts.
+  bench   decode tokens/s at batch 1 for both engines with the same thread count (and trellis
+          at batch 16).
+
+Both engines get the same token ids (llama.cpp's tokenizer; trellis's gives identical ids,
+see llama_cpp_tokenize.py). trellis runs through tests/gguf/gguf_forward_tool.
+
+Usage: llama_cpp_agreement.py --tool PATH/gguf_forward_tool [--gguf FILE] [--threads 2]
+         [--what logits,greedy,bench] [--ctx 512] [--text FILE] [--json OUT.json]
+Exit: 0 targets met, 1 missed, 77 skipped (no model or no llama_cpp).
+"""
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from llama_cpp_tokenize import model_path
+
+SKIP = 77
+
+PROMPTS = [
+    "What is the capital of France?", "Write a haiku about autumn leaves.",
+    "Explain photosynthesis in one sentence.", "List three prime numbers.",
+    "How do I reverse a list in Python?", "What is 12 times 7?",
+    "Give me a synonym for happy.", "Translate 'good morning' into Spanish.",
+    "Who wrote Romeo and Juliet?", "What does a CPU do?",
+    "Name a planet in our solar system.", "Write a short greeting for a birthday card.",
+    "What is the boiling point of water in Celsius?", "Suggest a name for a pet cat.",
+    "What is machine learning?", "How many days are in a leap year?",
+    "Describe the color blue to someone.", "What is the opposite of cold?",
+    "Tell me a fun fact about octopuses.", "Summarise the plot of Cinderella in two sentences.",
+]
+
+
+def chatml(user):
+    return ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+            "<|im_end|>\n<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n")
+
+
+def percentiles(values, ps):
+    import numpy as np
+    return {f"p{p}": float(np.percentile(values, p)) for p in ps}
+
+
+def run_logits(llm, a, tmp):
+    import numpy as np
+    text = open(a.text, encoding="utf-8", errors="replace").read()
+    toks = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)[: a.ctx]
+    llm.reset()
+    llm.eval(toks)
+    ref = np.array(llm.scores[: len(toks)], dtype=np.float32)
+    tok_file, out_file = os.path.join(tmp, "tokens.json"), os.path.join(tmp, "logits.f32")
+    json.dump(toks, open(tok_file, "w"))
+    subprocess.run([a.tool, "logits", a.gguf, str(a.threads), tok_file, out_file], check=True)
+    ours = np.fromfile(out_file, dtype=np.float32).reshape(len(toks), -1)
+    top_ref, top_ours = ref.argmax(1), ours.argmax(1)
+    agree = float((top_ref == top_ours).mean())
+    diff = np.abs(ours - ref)
+    # Where the engines disagree, how close were llama.cpp's top two? (near-ties explain flips)
+    srt = np.sort(ref, axis=1)
+    margin = (srt[:, -1] - srt[:, -2])[top_ref != top_ours]
+    def ppl(logits):  # exp(mean negative log-likelihood of each next token)
+        x = logits[:-1].astype(np.float64)
+        lse = np.log(np.exp(x - x.max(1, keepdims=True)).sum(1)) + x.max(1)
+        return float(np.exp(np.mean(lse - x[np.arange(len(x)), toks[1:]])))
+    p_ours, p_ref = ppl(ours), ppl(ref)
+    return {
+        "text": a.text, "tokens": len(toks), "top1_agreement": agree,
+        "perplexity": {"trellis": p_ours, "llama.cpp": p_ref, "relative_difference": p_ours / p_ref - 1},
+        "abs_logit_diff": {"max": float(diff.max()), "mean": float(diff.mean()),
+                           **percentiles(diff.ravel(), [50, 90, 99, 99.9])},
+        "per_position_max_abs_diff": percentiles(diff.max(1), [50, 90, 99]),
+        "llama_top1_margin_where_disagree": [float(m) for m in margin[:20]],
+        "target_met": agree >= 0.99,
+    }
+
+
+def llama_greedy(llm, prompt_ids, n):
+    import numpy as np
+    llm.reset()
+    llm.eval(prompt_ids)
+    out = []
+    for _ in range(n):
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out.append(tok)
+        llm.eval([tok])
+    return out
+
+
+def run_greedy(llm, a, tmp):
+    prompts = [llm.tokenize(chatml(p).encode("utf-8"), add_bos=False, special=True) for p in PROMPTS]
+    pf = os.path.join(tmp, "prompts.json")
+    json.dump(prompts, open(pf, "w"))
+    ours = json.loads(subprocess.run([a.tool, "generate", a.gguf, str(a.threads), pf, str(a.gen)],
+                                     check=True, capture_output=True).stdout)
+    rows, same16 = [], 0
+    for text, p, o in zip(PROMPTS, prompts, ours):
+        ref = llama_greedy(llm, p, a.gen)
+        first_diff = next((i for i, (x, y) in enumerate(zip(o, ref)) if x != y), len(ref))
+        same16 += first_diff >= 16
+        rows.append({"prompt": text, "first_difference_at": first_diff,
+                     "trellis": llm.detokenize(o).decode("utf-8", "replace"),
+                     "llama.cpp": llm.detokenize(ref).decode("utf-8", "replace")})
+    frac = same16 / len(PROMPTS)
+    return {"prompts": len(PROMPTS), "tokens": a.gen, "identical_first_16": same16,
+            "fraction": frac, "target_met": frac >= 0.9, "rows": rows}
+
+
+def run_bench(llm, a):
+    import numpy as np
+    steps = a.bench_steps
+    llm.reset()
+    llm.eval(list(range(100, 116)))
+    tok = 200
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        llm.eval([tok])
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    llama_tps = steps / (time.perf_counter() - t0)
+    res = {"threads": a.threads, "steps": steps,
+           "llama.cpp": {"batch": 1, "tokens_per_s": llama_tps}}
+    for batch in (1, 16):
+        out = subprocess.run([a.tool, "bench", a.gguf, str(a.threads), str(batch), str(steps)],
+                             check=True, capture_output=True, text=True).stdout
+        res[f"trellis_batch{batch}"] = json.loads(out)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gguf", default=model_path())
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--what", default="logits,greedy")
+    ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=24)
+    ap.add_argument("--bench-steps", type=int, default=64)
+    ap.add_argument("--text", default="/usr/share/common-licenses/Apache-2.0")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    if not a.gguf:
+        print("SKIP: no SmolLM2 GGUF recorded (run scripts/setup-models)")
+        return SKIP
+    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("numpy") is None:
+        print("SKIP: llama_cpp (llama-cpp-python) not importable (scripts/setup-models --peers)")
+        return SKIP
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=a.gguf, n_ctx=max(a.ctx, 1024), n_batch=512, logits_all=True,
+                          n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
+    report, ok = {"gguf": a.gguf, "llama_cpp_python": llama_cpp.__version__}, True
+    with tempfile.TemporaryDirectory() as tmp:
+        what = a.what.split(",")
+        if "logits" in what:
+            report["logits"] = run_logits(llm, a, tmp)
+            ok &= report["logits"]["target_met"]
+        if "greedy" in what:
+            report["greedy"] = run_greedy(llm, a, tmp)
+            ok &= report["greedy"]["target_met"]
+        if "bench" in what:
+            report["bench"] = run_bench(llm, a)
+    text = json.dumps(report, indent=1, ensure_ascii=False)
+    print(text)
+    if a.json:
+        open(a.json, "w").write(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
