@@ -60,6 +60,24 @@ constexpr std::array kSettings = {
     SettingSpec{"kernels.threads", T::kInt, "0",
                 "Threads for CPU kernels (matmul, attention, ...) per rank; 0 = all cores",
                 "TRELLIS_KERNEL_THREADS"},
+    SettingSpec{"run.max_seqs", T::kInt, "32",
+                "Sequences generating at once in `trellis run`, over all p microbatches (each "
+                "microbatch holds max_seqs / p)",
+                "TRELLIS_RUN_MAX_SEQS"},
+    SettingSpec{"run.max_context", T::kInt, "512",
+                "Longest sequence (prompt + generated) `trellis run` accepts; sizes each KV slot",
+                "TRELLIS_RUN_MAX_CONTEXT"},
+    SettingSpec{"run.kv_budget", T::kSize, "1GiB",
+                "KV-cache memory each rank may reserve for running sequences; requests wait "
+                "when it is full and are rejected when they could never fit",
+                "TRELLIS_RUN_KV_BUDGET"},
+    SettingSpec{"run.max_iteration_tokens", T::kInt, "4096",
+                "Input tokens one iteration may carry (bounds prefill bursts)", ""},
+    SettingSpec{"run.sampler_threads", T::kInt, "2",
+                "CPU sampler threads on the last stage (SiPipe decoupled sampling)",
+                "TRELLIS_RUN_SAMPLER_THREADS"},
+    SettingSpec{"run.channel_slot_bytes", T::kSize, "1MiB",
+                "Slot size of the in-host scheduling channel (largest scheduling output)", ""},
 };
 
 }  // namespace
