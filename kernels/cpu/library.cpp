@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <fstream>
 #include <string>
 
 namespace trellis::kernels {
@@ -28,6 +29,19 @@ std::string compiled_isa() {
   if (s.empty()) return "baseline x86-64";
   s.pop_back();
   return s;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    auto colon = line.find(':');
+    if (colon == std::string::npos) break;
+    auto start = line.find_first_not_of(" \t", colon + 1);
+    return start == std::string::npos ? "unknown CPU" : line.substr(start);
+  }
+  return "unknown CPU";
 }
 
 }  // namespace trellis::kernels

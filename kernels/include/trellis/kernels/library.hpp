@@ -9,5 +9,8 @@ namespace trellis::kernels {
 std::string blas_description();
 // The instruction-set extensions this binary was compiled for, e.g. "AVX2 FMA AVX512F".
 std::string compiled_isa();
+// The CPU's marketing name ("model name" in /proc/cpuinfo, as lscpu prints it), or
+// "unknown CPU"; for benchmark reports.
+std::string cpu_model_name();
 
 }  // namespace trellis::kernels

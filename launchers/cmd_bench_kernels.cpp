@@ -1,0 +1,186 @@
+// `trellis bench kernels`: the kernels against their peers, measured in the same run.
+//  * Prefill GEMM: y = x w^T on the linear-layer shapes of a ~1B Llama (the runtime's
+//    "llama-1b" preset: hidden 2048, intermediate 8192, 32 heads / 8 KV heads of 64, vocab
+//    32000), ours with f32 and bf16 weights vs OpenBLAS cblas_sgemm with f32 weights, each
+//    rep of each implementation interleaved so they share the machine's noise.
+//  * Decode GEMV: weight bytes streamed per second at batch 1 (and --batch), against the
+//    STREAM triad bandwidth measured at the start of the same run. Weights rotate through
+//    enough copies to exceed the last-level cache, as a model's layers do.
+#include <algorithm>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "commands.hpp"
+#include "trellis/core/clock.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/core/strings.hpp"
+#include "trellis/kernels/kernels.hpp"
+
+namespace trellis::launchers {
+namespace {
+
+namespace k = trellis::kernels;
+
+struct KernelBenchOptions {
+  std::string tokens = "128,512";
+  int batch = 4;
+  int reps = 5;
+  std::string triad_size = "256MiB";
+  std::string rotate_size = "256MiB";
+  bool json = false;
+};
+
+struct Shape {
+  const char* name;
+  std::int64_t n, k;
+};
+
+// llama-1b (runtime/model/synthetic.cpp): q+k+v = 2048+512+512, o, gate/up, down, LM head.
+constexpr Shape kShapes[] = {
+    {"qkv", 3072, 2048}, {"o", 2048, 2048}, {"gate/up", 8192, 2048}, {"down", 2048, 8192}, {"lm_head", 32000, 2048}};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+k::Tensor random_tensor(k::DType t, std::int64_t rows, std::int64_t cols, std::uint32_t seed) {
+  k::Tensor f = k::Tensor::empty(k::DType::kF32, {rows, cols});
+  std::uint32_t s = seed * 2654435761u + 1;
+  for (std::int64_t i = 0; i < f.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;  // LCG: cheap and deterministic; values in [-0.5, 0.5)
+    f.ptr<float>()[i] = static_cast<float>(s >> 8) / 16777216.0f - 0.5f;
+  }
+  if (t == k::DType::kF32) return f;
+  k::Tensor out = k::Tensor::empty(t, {rows, cols});
+  k::Context one(1);
+  k::convert(one, f, out);
+  return out;
+}
+
+struct GemmRow {
+  std::string shape;
+  std::int64_t m, n, k;
+  double blas, ours_f32, ours_bf16, blas_bf16;  // GFLOP/s medians
+};
+
+GemmRow bench_gemm(const k::Context& ctx, const Shape& s, std::int64_t m, int reps) {
+  k::Tensor x = random_tensor(k::DType::kF32, m, s.k, 1), y = k::Tensor::empty(k::DType::kF32, {m, s.n});
+  k::Tensor w32 = random_tensor(k::DType::kF32, s.n, s.k, 2), w16 = random_tensor(k::DType::kBF16, s.n, s.k, 3);
+  struct Impl {
+    const k::Tensor* w;
+    k::MatmulAlgo algo;
+    std::vector<double> gflops;
+  } impls[] = {{&w32, k::MatmulAlgo::kBlas, {}}, {&w32, k::MatmulAlgo::kAuto, {}},
+               {&w16, k::MatmulAlgo::kAuto, {}}, {&w16, k::MatmulAlgo::kBlas, {}}};
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+  for (int r = -1; r < reps; ++r)  // rep -1 warms caches, pages and scratch buffers
+    for (auto& im : impls) {
+      double t0 = now_seconds();
+      k::matmul(ctx, x, *im.w, y, {0.0f, im.algo});
+      double dt = now_seconds() - t0;
+      if (r >= 0) im.gflops.push_back(flops / dt / 1e9);
+    }
+  return {s.name, m, s.n, s.k, median(impls[0].gflops), median(impls[1].gflops), median(impls[2].gflops),
+          median(impls[3].gflops)};
+}
+
+struct GemvRow {
+  std::string shape;
+  std::string dtype;
+  std::int64_t m, n, k;
+  double gbps;  // weight bytes per second, median
+};
+
+GemvRow bench_gemv(const k::Context& ctx, const Shape& s, k::DType t, std::int64_t m, int reps,
+                   std::size_t rotate_bytes) {
+  const std::size_t bytes = static_cast<std::size_t>(s.n * s.k) * k::dtype_size(t);
+  const std::size_t copies = std::max<std::size_t>(2, (rotate_bytes + bytes - 1) / bytes);
+  std::vector<k::Tensor> ws;
+  for (std::size_t i = 0; i < copies; ++i) ws.push_back(random_tensor(t, s.n, s.k, 10 + static_cast<std::uint32_t>(i)));
+  k::Tensor x = random_tensor(k::DType::kF32, m, s.k, 4), y = k::Tensor::empty(k::DType::kF32, {m, s.n});
+  std::vector<double> gbps;
+  // Each sample streams every copy once, so no copy is still in cache when it comes round.
+  for (int r = -1; r < reps; ++r) {
+    double t0 = now_seconds();
+    for (const auto& w : ws) k::matmul(ctx, x, w, y);
+    double dt = now_seconds() - t0;
+    if (r >= 0) gbps.push_back(static_cast<double>(bytes * copies) / dt / 1e9);
+  }
+  return {s.name, std::string(k::to_string(t)), m, s.n, s.k, median(gbps)};
+}
+
+int run_bench_kernels(Session& s, const KernelBenchOptions& o) {
+  if (!s.require_world(s.size() == 1, "bench kernels runs on one rank; run it without mpirun")) return 1;
+  auto tokens = parse_int_list(o.tokens, "--tokens");
+  const std::size_t triad_bytes = parse_size(o.triad_size, "--triad-size");
+  const std::size_t rotate_bytes = parse_size(o.rotate_size, "--rotate-size");
+  const int threads = static_cast<int>(s.config.get_int("kernels.threads"));
+  k::Context ctx(threads);
+  std::cerr << fmt::format("bench kernels: {} | {} threads | BLAS {} | ISA {}\n", k::cpu_model_name(), ctx.threads(),
+                           k::blas_description(), k::compiled_isa());
+  k::TriadResult triad = k::measure_triad(ctx, triad_bytes, 10);
+  std::vector<GemmRow> gemm;
+  for (auto m : tokens)
+    for (const auto& sh : kShapes) gemm.push_back(bench_gemm(ctx, sh, m, o.reps));
+  std::vector<GemvRow> gemv;
+  for (std::int64_t m : {std::int64_t{1}, std::int64_t{o.batch}})
+    for (k::DType t : {k::DType::kBF16, k::DType::kF32})
+      for (const auto& sh : kShapes) gemv.push_back(bench_gemv(ctx, sh, t, m, o.reps, rotate_bytes));
+  const double triad_gbps = triad.median_bytes_per_s / 1e9;
+  if (o.json) {
+    nlohmann::json j;
+    j["cpu"] = k::cpu_model_name();
+    j["threads"] = ctx.threads();
+    j["blas"] = k::blas_description();
+    j["triad"] = {{"array_bytes", triad.array_bytes}, {"median_GBps", triad_gbps}, {"best_GBps", triad.best_bytes_per_s / 1e9}};
+    for (const auto& g : gemm)
+      j["gemm"].push_back({{"shape", g.shape}, {"m", g.m}, {"n", g.n}, {"k", g.k}, {"sgemm_GFLOPs", g.blas},
+                           {"ours_f32_GFLOPs", g.ours_f32}, {"ours_bf16_GFLOPs", g.ours_bf16},
+                           {"bf16_to_f32_sgemm_GFLOPs", g.blas_bf16}});
+    for (const auto& g : gemv)
+      j["gemv"].push_back({{"shape", g.shape}, {"dtype", g.dtype}, {"m", g.m}, {"n", g.n}, {"k", g.k},
+                           {"GBps", g.gbps}, {"fraction_of_triad", g.gbps / triad_gbps}});
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("triad bandwidth ({} threads, 3 x {}): median {:.1f} GB/s, best {:.1f} GB/s\n\n",
+                           ctx.threads(), format_bytes(static_cast<double>(triad.array_bytes)), triad_gbps,
+                           triad.best_bytes_per_s / 1e9);
+  std::cout << "prefill GEMM y[M,N] = x[M,K] w[N,K]^T, GFLOP/s (median of " << o.reps
+            << "), ratio = ours / OpenBLAS sgemm (target >= 0.70)\n";
+  std::cout << fmt::format("{:<8} {:>5} {:>6} {:>5}  {:>8}  {:>8} {:>6}  {:>9} {:>6}  {:>11} {:>6}\n", "shape", "M", "N",
+                           "K", "sgemm", "ours f32", "ratio", "ours bf16", "ratio", "bf16->sgemm", "ratio");
+  for (const auto& g : gemm)
+    std::cout << fmt::format("{:<8} {:>5} {:>6} {:>5}  {:>8.1f}  {:>8.1f} {:>6.2f}  {:>9.1f} {:>6.2f}  {:>11.1f} {:>6.2f}\n",
+                             g.shape, g.m, g.n, g.k, g.blas, g.ours_f32, g.ours_f32 / g.blas, g.ours_bf16,
+                             g.ours_bf16 / g.blas, g.blas_bf16, g.blas_bf16 / g.blas);
+  std::cout << "\ndecode GEMV (weights streamed from memory), GB/s of weights (median), fraction of triad\n";
+  std::cout << fmt::format("{:<8} {:>5} {:>3} {:>6} {:>5}  {:>8}  {:>8}\n", "shape", "dtype", "M", "N", "K", "GB/s",
+                           "of triad");
+  for (const auto& g : gemv)
+    std::cout << fmt::format("{:<8} {:>5} {:>3} {:>6} {:>5}  {:>8.1f}  {:>8.2f}\n", g.shape, g.dtype, g.m, g.n, g.k,
+                             g.gbps, g.gbps / triad_gbps);
+  return 0;
+}
+
+}  // namespace
+
+Action define_bench_kernels(CLI::App& sub) {
+  auto o = std::make_shared<KernelBenchOptions>();
+  sub.add_option("--tokens", o->tokens, "Prefill token counts M for the GEMM table (e.g. 128,512)")
+      ->capture_default_str();
+  sub.add_option("--batch", o->batch, "Decode batch (rows) measured besides 1")->check(CLI::Range(1, 8))
+      ->capture_default_str();
+  sub.add_option("--reps", o->reps, "Timed repetitions per point (medians are reported)")
+      ->check(CLI::Range(1, 1000))->capture_default_str();
+  sub.add_option("--triad-size", o->triad_size, "Bytes per triad array (3 arrays)")->capture_default_str();
+  sub.add_option("--rotate-size", o->rotate_size,
+                 "GEMV weights rotate through copies totalling at least this much (defeats the caches)")
+      ->capture_default_str();
+  sub.add_flag("--json", o->json, "Print JSON");
+  return [o](Session& s) { return run_bench_kernels(s, *o); };
+}
+
+}  // namespace trellis::launchers
