@@ -123,26 +123,57 @@ constexpr int kMr = 12;        // rows of C per register tile: 24 accumulators
 constexpr std::int64_t kKc = 256;  // k-block: one B panel (kKc x 32 f32) = 32 KiB, fits L1
 constexpr std::int64_t kNc = 512;  // n-block: packed B block = 512 KiB, fits L2
 
-// bp[p][k][0..32) = B[n0 + 32p + j][k0 + k] as f32, zero beyond N.
+#ifdef TRELLIS_KERNELS_AVX512
+// In-register transpose of a 16 x 16 f32 block: r[i] holds row i on entry, column i on exit.
+void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {  // interleave row pairs within 128-bit lanes
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + c], lane l: column 4l + c of rows 4i..4i+3
+    auto pd = [](__m512 v) { return _mm512_castps_pd(v); };
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[4 * i]), pd(t[4 * i + 2])));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[4 * i]), pd(t[4 * i + 2])));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[4 * i + 1]), pd(t[4 * i + 3])));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[4 * i + 1]), pd(t[4 * i + 3])));
+  }
+  for (int c = 0; c < 4; ++c) {  // gather lane l of the four row groups into column 4l + c
+    __m512 t0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), t1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
+    __m512 t2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44), t3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+    t[c] = _mm512_shuffle_f32x4(t0, t2, 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(t0, t2, 0xDD);
+    t[8 + c] = _mm512_shuffle_f32x4(t1, t3, 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(t1, t3, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// bp[p][k][0..32) = B[n0 + 32p + j][k0 + k] as f32, zero beyond N. Widening and the
+// transpose happen 16 x 16 at a time in registers: packing is the only per-weight work
+// besides the FMAs, so it must stay far below their cost even at M = 128.
 template <typename E>
 void pack_b(const GemmArgs& g, std::int64_t n0, std::int64_t nc, std::int64_t k0, std::int64_t kc, float* bp) {
   const auto* b = static_cast<const typename E::T*>(g.b);
   std::int64_t panels = (nc + kNr - 1) / kNr;
   for (std::int64_t p = 0; p < panels; ++p) {
     float* dst = bp + p * kc * kNr;
-    for (int j = 0; j < kNr; ++j) {
-      std::int64_t n = n0 + p * kNr + j;
-      if (n >= n0 + nc) {
-        for (std::int64_t kk = 0; kk < kc; ++kk) dst[kk * kNr + j] = 0.0f;
-        continue;
+    for (std::int64_t kk = 0; kk < kc; kk += 16) {
+      int kn = static_cast<int>(std::min<std::int64_t>(16, kc - kk));
+      for (int half = 0; half < 2; ++half) {
+        __m512 r[16];
+        for (int j = 0; j < 16; ++j) {
+          std::int64_t n = p * kNr + half * 16 + j;
+          const typename E::T* src = b + (n0 + n) * g.ldb + k0 + kk;
+          r[j] = n >= nc ? _mm512_setzero_ps() : kn == 16 ? load16<E>(src) : load16_partial<E>(src, kn);
+        }
+        transpose16(r);
+        for (int i = 0; i < kn; ++i) _mm512_store_ps(dst + (kk + i) * kNr + half * 16, r[i]);
       }
-      const typename E::T* src = b + n * g.ldb + k0;
-      for (std::int64_t kk = 0; kk < kc; ++kk) dst[kk * kNr + j] = to_f32<E>(src[kk]);
     }
   }
 }
 
-#ifdef TRELLIS_KERNELS_AVX512
 // C tile (MR x ncols, ncols <= 32) = A micro-panel (ap[k][MR]) * B panel (bp[k][32]) + beta C.
 template <int MR>
 void micro_kernel(std::int64_t kc, const float* ap, const float* bp, float* c, std::int64_t ldc, int ncols,
