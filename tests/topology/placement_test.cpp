@@ -75,6 +75,7 @@ TEST(Placement, NoNvlinkTurnsTheSameGridsIntoPcie) {
   for (int s = 0; s < 2; ++s) {
     EXPECT_EQ(hosts_of_stage(a, s), (std::set<int>{s}));
     EXPECT_EQ(a.tp_groups[s].link_class, LinkClass::kPcie);
+    EXPECT_DOUBLE_EQ(a.tp_groups[s].bandwidth, 64e9);
   }
   EXPECT_EQ(a.boundaries[0].link_class, LinkClass::kRdma);
   Placement b = place(ModelShape{32, 32, 8}, t, 4, 4, o);

@@ -40,7 +40,7 @@ check "--no-nvlink shows the difference" 0 "TP group of stage 0: nvlink -> pcie"
                                                                       -- "$T" topo --synthetic "$H100" --pp 2 --tp 8 --no-nvlink
 check "--tp alone derives --pp"          0 "p=2 x t=8"                -- "$T" topo --synthetic "$H100" --tp 8
 check "bad spec points at the token"     1 "'gpus=x'"                 -- "$T" topo --synthetic "hosts=2,gpus=x"
-check "grid that does not fit"           1 "must equal the ranks available" -- "$T" topo --synthetic "$H100" --pp 3 --tp 5
+check "grid that does not fit"           1 "must equal the ranks available" -- "$T" topo --synthetic "$H100" --pp 4 --tp 8
 check "heads not divisible by t"         1 "attention heads (30) must be divisible by t=8" \
                                                                       -- "$T" topo --synthetic "$H100" --pp 2 --tp 8 --heads 30
 check "kv heads not divisible by t"      1 "KV heads (4) must be divisible by t=8" \

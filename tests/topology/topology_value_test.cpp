@@ -106,6 +106,8 @@ TEST(TopologyValue, WithoutNvlinkIsIdempotentAndKeepsPcieRoutes) {
   EXPECT_EQ(nvlink_islands(n.hosts[0]).size(), 8u);
   EXPECT_EQ(n.hosts[0].link(0, 1).link_class, LinkClass::kPcie);
   EXPECT_EQ(n.hosts[0].link(0, 1).pci_path, t.hosts[0].link(0, 1).pci_path);
+  EXPECT_DOUBLE_EQ(n.hosts[0].link(0, 1).bandwidth, 64e9);  // H100: PCIe Gen5 x16
+  EXPECT_DOUBLE_EQ(t.hosts[0].link(0, 1).pci_bandwidth, 64e9);
   EXPECT_EQ(without_nvlink(n), n);
   EXPECT_NE(n, t);
   EXPECT_NE(format_matrix(t.hosts[0]).find("NVS18"), std::string::npos);

@@ -66,6 +66,9 @@ TEST(TopologyXml, Dgx2SixteenV100AllToAllThroughNvswitch) {
   EXPECT_EQ(h.link(0, 2).pci_path, PciPath::kPxb);
   EXPECT_EQ(h.link(0, 4).pci_path, PciPath::kNode);
   EXPECT_EQ(h.link(0, 8).pci_path, PciPath::kSys);
+  // pci_link_speed="15.753846" (GB/s, PCIe Gen3 x16) on every GPU: the --no-nvlink fallback.
+  EXPECT_NEAR(h.link(0, 8).pci_bandwidth, 15.753846e9, 1e4);
+  EXPECT_NEAR(without_nvlink(Topology{{h}, {}, {}, false}).hosts[0].link(0, 8).bandwidth, 15.753846e9, 1e4);
   EXPECT_TRUE(h.nics.empty());  // the capture has NVML objects only, no network devices
   EXPECT_EQ(h.numa_nodes.size(), 2u);
   EXPECT_EQ(h.packages, 2);

@@ -177,6 +177,9 @@ GpuObjs read_gpus(hwloc_topology_t topo, Host& host) {
     d.pci_bus_id = bus_id(pci);
     d.numa = numa_of(topo, pci);
     d.name = fmt::format("gpu{}", d.index);
+    // hwloc's linkspeed is GB/s of the function's own PCIe link (0 when the OS did not say).
+    d.pci_bandwidth = static_cast<double>(pci->attr->pcidev.linkspeed) * 1e9;
+    d.host_link_bandwidth = d.pci_bandwidth;
     auto it = osdevs.find(pci);
     if (it != osdevs.end()) {
       auto os = it->second;
@@ -289,6 +292,7 @@ void read_nvlink(hwloc_topology_t topo, Host& host, const GpuObjs& gpus) {
   for (auto& l : host.links) {
     const auto a = static_cast<std::size_t>(l.a), b = static_cast<std::size_t>(l.b);
     const double lane = lane_bandwidth(host.devices[a].model);
+    if (direct[a][b] > 0 || (to_switch[a] > 0 && to_switch[b] > 0)) l.bandwidth = 0;
     if (direct[a][b] > 0) {
       l.link_class = LinkClass::kNvlink;
       l.bandwidth = direct[a][b];
@@ -345,6 +349,8 @@ Host host_from_hwloc(hwloc_topology_t topo, const std::string& source) {
       l.b = static_cast<int>(b);
       l.link_class = LinkClass::kPcie;
       l.pci_path = pci_path(topo, gpus.pci[a], gpus.pci[b]);
+      l.pci_bandwidth = std::min(host.devices[a].pci_bandwidth, host.devices[b].pci_bandwidth);
+      l.bandwidth = l.pci_bandwidth;
       host.links.push_back(l);
     }
   read_nics(topo, host, gpus);

@@ -27,10 +27,10 @@ void from_json(const nlohmann::json& j, RankKind& k) {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Core, index, pus)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(NumaNode, index, package, memory_bytes, cores)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Device, index, name, model, pci_bus_id, numa, memory_bytes,
-                                   host_link, host_link_bandwidth)
+                                   host_link, host_link_bandwidth, pci_bandwidth)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Nic, name, kind, bandwidth, pci_bus_id, numa, gpu_paths)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DeviceLink, a, b, link_class, pci_path, nvlinks, via_nvswitch,
-                                   bandwidth)
+                                   bandwidth, pci_bandwidth)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Host, name, boot_id, source, cpu_model, packages, numa_nodes,
                                    devices, nics, links, notes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Fabric, link_class, bandwidth, description)

@@ -40,11 +40,12 @@ struct GpuModel {
   double memory_gib;
   int nvlinks;      // lanes per GPU, 0 = PCIe card
   double lane_bw;   // bytes/s per lane per direction
+  double pcie_bw;   // bytes/s of the card's PCIe x16 link (Gen5 64, Gen4 32, Gen3 16 GB/s)
 };
 constexpr GpuModel kModels[] = {
-    {"H100-SXM", 80, 18, 25e9},  {"H200-SXM", 141, 18, 25e9}, {"A100-SXM", 80, 12, 25e9},
-    {"V100-SXM3", 32, 6, 25e9},  {"V100-SXM2", 16, 6, 25e9},  {"H100-PCIe", 80, 0, 0},
-    {"A100-PCIe", 80, 0, 0},     {"L40S", 48, 0, 0},
+    {"H100-SXM", 80, 18, 25e9, 64e9},  {"H200-SXM", 141, 18, 25e9, 64e9}, {"A100-SXM", 80, 12, 25e9, 32e9},
+    {"V100-SXM3", 32, 6, 25e9, 16e9},  {"V100-SXM2", 16, 6, 25e9, 16e9},  {"H100-PCIe", 80, 0, 0, 64e9},
+    {"A100-PCIe", 80, 0, 0, 32e9},     {"L40S", 48, 0, 0, 32e9},
 };
 
 struct Spec {
@@ -194,6 +195,8 @@ Host make_host(const Spec& s, int h, std::string_view spec) {
     d.pci_bus_id = fmt::format("0000:{:02x}:00.0", 0x10 + 0x10 * g);
     d.numa = numa_of_switch(gpu_switch(g));
     d.memory_bytes = static_cast<std::uint64_t>(mem);
+    d.pci_bandwidth = s.model->pcie_bw;
+    d.host_link_bandwidth = d.pci_bandwidth;
     host.devices.push_back(d);
   }
   auto path = [&](int sw_a, int sw_b) {
@@ -203,7 +206,8 @@ Host make_host(const Spec& s, int h, std::string_view spec) {
   const double pair_bw = s.nvlink_bw ? *s.nvlink_bw : s.model->nvlinks * s.model->lane_bw;
   for (int a = 0; a < s.gpus; ++a)
     for (int b = a + 1; b < s.gpus; ++b) {
-      DeviceLink l{a, b, LinkClass::kPcie, path(gpu_switch(a), gpu_switch(b)), 0, false, 0};
+      DeviceLink l{a, b, LinkClass::kPcie, path(gpu_switch(a), gpu_switch(b)), 0, false, s.model->pcie_bw,
+                   s.model->pcie_bw};
       if (nvlinked(s, a, b)) {
         l.link_class = LinkClass::kNvlink;
         l.nvlinks = s.model->nvlinks;

@@ -125,12 +125,12 @@ Topology without_nvlink(Topology topology) {
       l.link_class = LinkClass::kPcie;
       l.nvlinks = 0;
       l.via_nvswitch = false;
-      l.bandwidth = 0;  // the PCIe bandwidth of the path is not known from NVLink data
+      l.bandwidth = l.pci_bandwidth;
     }
     for (auto& d : host.devices) {
       if (d.host_link != LinkClass::kNvlink) continue;
       d.host_link = LinkClass::kPcie;
-      d.host_link_bandwidth = 0;
+      d.host_link_bandwidth = d.pci_bandwidth;
     }
   }
   topology.nvlink_disabled = true;

@@ -83,6 +83,7 @@ struct Device {
   // to the CPU package.
   LinkClass host_link = LinkClass::kPcie;
   double host_link_bandwidth = 0;  // bytes/s; 0 unknown
+  double pci_bandwidth = 0;        // bytes/s of the GPU's own PCIe link; 0 unknown
   bool operator==(const Device&) const = default;
 };
 
@@ -106,6 +107,9 @@ struct DeviceLink {
   int nvlinks = 0;                       // NVLink lanes between them; 0 when unknown/none
   bool via_nvswitch = false;             // NVLink through NVSwitch (all-to-all)
   double bandwidth = 0;                  // bytes/s one direction; 0 unknown
+  // Bytes/s of the PCIe route alone (the slower endpoint's PCIe link); 0 unknown. Equals
+  // `bandwidth` for PCIe pairs; what an NVLink pair falls back to under without_nvlink().
+  double pci_bandwidth = 0;
   bool operator==(const DeviceLink&) const = default;
 };
 
@@ -159,7 +163,8 @@ struct Topology {
 std::vector<std::vector<int>> nvlink_islands(const Host& host);
 
 // The same topology with NVLink treated as absent (the interconnect-study setting): every
-// NVLink GPU pair becomes its PCIe path, NVLinks to the CPU become PCIe, and
+// NVLink GPU pair becomes its PCIe path (bandwidth = pci_bandwidth), NVLinks to the CPU
+// become PCIe (bandwidth = the device's pci_bandwidth), and
 // nvlink_disabled is set. Idempotent.
 Topology without_nvlink(Topology topology);
 
