@@ -172,6 +172,11 @@ TEST(Placement, Dgx2AndItsNoNvlinkTwin) {
   EXPECT_EQ(pl.boundaries[0].link_class, LinkClass::kNvlink);
   // Stage 0 = the 8 GPUs of socket 0, so their cores are socket 0's.
   for (int i = 0; i < 8; ++i) EXPECT_EQ(pl.ranks[pl.rank_at(0, i)].numa, 0);
+  // The capture keeps 2 cores per socket: 8 ranks share them evenly, 4 per core.
+  std::map<int, int> per_pu;
+  for (int i = 0; i < 8; ++i)
+    for (int pu : pl.ranks[pl.rank_at(0, i)].cores) ++per_pu[pu];
+  EXPECT_EQ(per_pu, (std::map<int, int>{{0, 4}, {1, 4}}));
   PlaceOptions o;
   o.no_nvlink = true;
   Placement pn = place(ModelShape{32, 32, 8}, t, 2, 8, o);

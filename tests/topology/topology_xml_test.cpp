@@ -45,6 +45,7 @@ TEST(TopologyXml, Dgx2SixteenV100AllToAllThroughNvswitch) {
   for (int i = 0; i < 16; ++i) {
     EXPECT_EQ(h.devices[i].name, "nvml" + std::to_string(i));
     EXPECT_EQ(h.devices[i].model, "Tesla V100-SXM3-32GB-H");
+    EXPECT_EQ(h.devices[i].memory_bytes, 32ull << 30);  // from the model name (NVML capture)
     EXPECT_EQ(h.devices[i].numa, i < 8 ? 0 : 1) << "GPU " << i;  // buses 34..5e under package 0
   }
   EXPECT_EQ(h.devices[0].pci_bus_id, "0000:34:00.0");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <regex>
 #include <set>
 #include <tuple>
 
@@ -64,6 +65,14 @@ std::string model_from_pci_id(unsigned device) {
       {0x1024, "Tesla K40m"}};
   auto it = kModels.find(device);
   return it != kModels.end() ? it->second : fmt::format("NVIDIA [10de:{:04x}]", device);
+}
+
+// "Tesla V100-SXM3-32GB-H" -> 32 GiB: NVIDIA's model names carry the memory size, and
+// NVML-only captures have nothing better.
+std::uint64_t memory_from_model(const std::string& model) {
+  static const std::regex re(R"((\d+)GB)");
+  std::smatch m;
+  return std::regex_search(model, m, re) ? std::stoull(m[1].str()) << 30 : 0;
 }
 
 void read_cpu(hwloc_topology_t topo, Host& host) {
@@ -196,6 +205,7 @@ GpuObjs read_gpus(hwloc_topology_t topo, Host& host) {
       }
     }
     if (d.model.empty()) d.model = model_from_pci_id(pci->attr->pcidev.device_id);
+    if (d.memory_bytes == 0) d.memory_bytes = memory_from_model(d.model);
     out.index_of[pci] = d.index;
     out.pci.push_back(pci);
     host.devices.push_back(std::move(d));

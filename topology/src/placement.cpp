@@ -123,11 +123,8 @@ void assign_cores(const Topology& topo, Placement& pl) {
                                      cores.size()));
     for (std::size_t i = 0; i < m; ++i) {
       auto& r = pl.ranks[static_cast<std::size_t>(members[i])];
-      std::size_t lo = i * cores.size() / m, hi = (i + 1) * cores.size() / m;
-      if (hi <= lo) {  // more ranks than cores: wrap around
-        lo = i % cores.size();
-        hi = lo + 1;
-      }
+      const std::size_t lo = i * cores.size() / m;
+      const std::size_t hi = std::max(lo + 1, (i + 1) * cores.size() / m);  // more ranks than cores: share
       for (std::size_t c = lo; c < hi; ++c) r.cores.insert(r.cores.end(), cores[c]->pus.begin(), cores[c]->pus.end());
     }
   }
