@@ -1,0 +1,161 @@
+// LlamaModel: a Llama-family decoder (Llama 2/3, Qwen2, Mistral) for one pipeline stage
+// and one tensor-parallel rank.
+//
+// What a rank holds: layers [first_layer, last_layer) of the model, each sharded by
+// TpLayout (Q/K/V and gate/up column-parallel, O and down row-parallel), the
+// vocab-parallel embedding only on the first stage (first_layer == 0) and the final norm
+// plus vocab-parallel LM head only on the last stage (last_layer == num_layers). Weights
+// are read from a CheckpointReader slice by slice (never a full matrix this rank does not
+// own) and kept in f32 or bf16; activations are f32.
+//
+// The block's residual wiring is NOT baked in: attention_partial() and mlp_partial() each
+// compute one module (its norm, its projections) and leave this rank's partial sum of the
+// row-parallel output; all_reduce()/all_reduce_async() complete it explicitly through the
+// transport Group. standard_layer() is the usual wiring
+//     x += AllReduce(attn(norm1(x)));  x += AllReduce(mlp(norm2(x)))
+// and variants (parallel attention+MLP, Ladder Residual with async all-reduce, Desynced
+// Residual, Layer Parallelism) compose the same steps differently.
+//
+// Batches: one forward processes a Batch of sequences, each appending n_tokens new tokens
+// to its own KV-cache slot at positions [start_pos, start_pos + n_tokens). Prefill
+// (n_tokens > 1), decode (n_tokens == 1) and mixtures are all valid; sequences may have
+// different lengths. The caller tracks each slot's length (start_pos); the model only
+// checks it against the cache capacity.
+//
+// Threading: one thread at a time (it owns scratch buffers and the KV cache, and uses the
+// Context and Group given at construction, which must outlive it). Every member of the TP
+// group must make the same calls in the same order (the all-reduces are collectives).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "trellis/kernels/attention.hpp"
+#include "trellis/kernels/context.hpp"
+#include "trellis/kernels/rope.hpp"
+#include "trellis/kernels/tensor.hpp"
+#include "trellis/runtime/checkpoint/reader.hpp"
+#include "trellis/runtime/model/config.hpp"
+#include "trellis/runtime/model/tp_layout.hpp"
+#include "trellis/transport/group.hpp"
+
+namespace trellis::runtime {
+
+struct LoadOptions {
+  int first_layer = 0;
+  int last_layer = -1;  // exclusive; -1: num_layers
+  // Weight type in memory. nullopt: bf16 when the checkpoint stores bf16 (or a quantized
+  // type), f32 when it stores f32 or f16 (f16 -> bf16 would round). matmul reads bf16
+  // weights directly: half the bytes per decode token of f32.
+  std::optional<ElemType> weight_dtype;
+  int max_slots = 1;              // KV-cache slots (concurrent sequences)
+  std::int64_t max_seq_len = 0;   // per slot; 0: min(max_position_embeddings, 4096)
+  kernels::DType kv_dtype = kernels::DType::kF32;
+};
+
+// One sequence's share of a forward: n_tokens new tokens appended to `slot` at
+// positions [start_pos, start_pos + n_tokens).
+struct SeqChunk {
+  int slot = 0;
+  std::int64_t start_pos = 0;
+  std::int64_t n_tokens = 1;
+};
+
+struct Batch {
+  std::vector<std::int32_t> tokens;  // all new tokens, sequence after sequence (stage 0)
+  std::vector<SeqChunk> seqs;
+  // Which rows get logits: the last token of each sequence, or every token.
+  bool all_logits = false;
+
+  std::int64_t total_tokens() const;
+  std::int64_t logit_rows() const { return all_logits ? total_tokens() : static_cast<std::int64_t>(seqs.size()); }
+  // Positions of every new token (row order), for RoPE.
+  std::vector<std::int32_t> positions() const;
+  // Convenience: one decode step (one token per sequence) for slots 0..B-1 at `lengths`.
+  static Batch decode(std::span<const std::int32_t> tokens, std::span<const std::int64_t> start_pos);
+};
+
+class LlamaModel {
+ public:
+  // Loads this rank's shard of layers [opt.first_layer, opt.last_layer). Throws
+  // kInvalidArgument / kNotFound / kCorruptInput naming the file and tensor when a tensor
+  // is missing or its shape or dtype disagrees with `cfg`, and kInvalidArgument when the
+  // model cannot be split across tp.size() ranks. `ctx` and `tp` must outlive the model.
+  LlamaModel(const CheckpointReader& reader, const ModelConfig& cfg, transport::Group& tp,
+             const kernels::Context& ctx, const LoadOptions& opt = {});
+  ~LlamaModel();
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const TpLayout& layout() const { return tp_layout_; }
+  int first_layer() const { return first_; }
+  int last_layer() const { return last_; }
+  bool has_embedding() const { return first_ == 0; }
+  bool has_lm_head() const { return last_ == cfg_.num_layers; }
+  ElemType weight_dtype() const { return wtype_; }
+  // Bytes of weights this rank holds, and those one decode token streams through.
+  std::size_t weight_bytes() const;
+  std::size_t decode_bytes_per_token() const;
+  transport::Group& group() { return tp_; }
+  const kernels::Context& context() const { return ctx_; }
+
+  // ---- steps (every one is collective over the TP group where it says all-reduce) ----
+
+  // x[T, H] = embedding of batch.tokens (vocab-parallel lookup + all-reduce). Stage 0 only.
+  void embed(const Batch& batch, const kernels::TensorView& x);
+  // out[T, H] = this rank's partial sum of o_proj(attention(rope(qkv(rms_norm(x))))) for
+  // `layer`, writing the new K/V into the cache. No communication; `out` may not alias x.
+  void attention_partial(int layer, const Batch& batch, const kernels::TensorView& x,
+                         const kernels::TensorView& out);
+  // out[T, H] = this rank's partial sum of down(swiglu(gate(n), up(n))), n = rms_norm(x).
+  void mlp_partial(int layer, const kernels::TensorView& x, const kernels::TensorView& out);
+  // Completes a partial sum across the TP group (in place). No-op at t = 1.
+  void all_reduce(const kernels::TensorView& partial);
+  transport::RequestPtr all_reduce_async(const kernels::TensorView& partial);
+  // The standard block: x += AR(attn(x)); x += AR(mlp(x)).
+  void standard_layer(int layer, const Batch& batch, const kernels::TensorView& x);
+
+  // Runs this stage on x[T, H]: embeds first if has_embedding(), then every layer with
+  // standard_layer. x holds the stage's output hidden state afterwards.
+  void run_stage(const Batch& batch, const kernels::TensorView& x);
+
+  // Last stage: final norm + LM head for the logit rows of `batch` (see Batch), into
+  // out[rows, layout().vocab_local()] — this rank's vocabulary slice. No communication.
+  void local_logits(const Batch& batch, const kernels::TensorView& x, const kernels::TensorView& out);
+  // Gathers every rank's local_logits into full[rows, vocab] on every rank (all-gather).
+  void gather_logits(const kernels::TensorView& local, std::vector<float>& full);
+
+  // Single-stage convenience: run_stage + local_logits + gather_logits. Returns
+  // logits[batch.logit_rows(), vocab] (row-major). Requires first and last stage.
+  std::vector<float> forward(const Batch& batch);
+
+ private:
+  struct Layer;
+  struct Scratch;
+  void load(const CheckpointReader& reader, const LoadOptions& opt);
+  // Throws (request scope) when a sequence's slot or positions do not fit the KV cache.
+  void check_batch(const Batch& batch) const;
+  const Layer& layer_ref(int layer) const;
+  kernels::TensorView scratch(int which, std::int64_t rows, std::int64_t cols);
+  void attention_core(const Batch& batch, const kernels::TensorView& qkv, int layer,
+                      const kernels::TensorView& out);
+
+  ModelConfig cfg_;
+  transport::Group& tp_;
+  const kernels::Context& ctx_;
+  TpLayout tp_layout_;
+  int first_ = 0, last_ = 0;
+  ElemType wtype_ = ElemType::kF32;
+  std::vector<Layer> layers_;
+  kernels::Tensor embed_, final_norm_, lm_head_;  // lm_head_ empty when tied: use embed_
+  kernels::RopeTable rope_;
+  kernels::KvCache kv_;
+  std::vector<kernels::Tensor> scratch_;
+  std::vector<std::int32_t> positions_;
+};
+
+}  // namespace trellis::runtime

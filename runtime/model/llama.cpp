@@ -1,0 +1,230 @@
+// LlamaModel forward: the per-module steps and the standard residual wiring (the
+// wiring lives only in standard_layer so variants can replace it).
+#include <cstring>
+
+#include "llama_internal.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/kernels/ops.hpp"
+
+namespace trellis::runtime {
+
+using kernels::TensorView;
+
+std::int64_t Batch::total_tokens() const {
+  std::int64_t n = 0;
+  for (const auto& s : seqs) n += s.n_tokens;
+  return n;
+}
+
+std::vector<std::int32_t> Batch::positions() const {
+  std::vector<std::int32_t> p;
+  p.reserve(static_cast<std::size_t>(total_tokens()));
+  for (const auto& s : seqs)
+    for (std::int64_t i = 0; i < s.n_tokens; ++i) p.push_back(static_cast<std::int32_t>(s.start_pos + i));
+  return p;
+}
+
+Batch Batch::decode(std::span<const std::int32_t> tokens, std::span<const std::int64_t> start_pos) {
+  Batch b;
+  b.tokens.assign(tokens.begin(), tokens.end());
+  for (std::size_t i = 0; i < tokens.size(); ++i) b.seqs.push_back({static_cast<int>(i), start_pos[i], 1});
+  return b;
+}
+
+LlamaModel::LlamaModel(const CheckpointReader& reader, const ModelConfig& cfg, transport::Group& tp,
+                       const kernels::Context& ctx, const LoadOptions& opt)
+    : cfg_(cfg), tp_(tp), ctx_(ctx), tp_layout_(TpLayout::make(cfg, tp.rank(), tp.size())) {
+  first_ = opt.first_layer;
+  last_ = opt.last_layer < 0 ? cfg.num_layers : opt.last_layer;
+  if (first_ < 0 || first_ >= last_ || last_ > cfg.num_layers)
+    throw_error(ErrorCode::kInvalidArgument, "stage layers [{}, {}) are not a non-empty range of the model's {} layers",
+                first_, last_, cfg.num_layers);
+  if (opt.max_slots < 1) throw_error(ErrorCode::kInvalidArgument, "max_slots must be >= 1 (got {})", opt.max_slots);
+  load(reader, opt);
+  std::int64_t cap = opt.max_seq_len > 0 ? opt.max_seq_len : std::min<std::int64_t>(cfg.max_position_embeddings, 4096);
+  rope_ = kernels::RopeTable(cfg.rope, cap);
+  kv_ = kernels::KvCache(last_ - first_, opt.max_slots, tp_layout_.kv_heads, cap, cfg.head_dim, opt.kv_dtype);
+  scratch_.resize(kScratchCount);
+}
+
+LlamaModel::~LlamaModel() = default;
+
+TensorView LlamaModel::scratch(int which, std::int64_t rows, std::int64_t cols) {
+  kernels::Tensor& t = scratch_[static_cast<std::size_t>(which)];
+  if (t.numel() < rows * cols) t = kernels::Tensor::empty(kernels::DType::kF32, {rows * cols});
+  return TensorView::matrix(t.view().data, kernels::DType::kF32, rows, cols);
+}
+
+void LlamaModel::embed(const Batch& batch, const TensorView& x) {
+  if (!has_embedding())
+    throw_error(ErrorCode::kInvalidArgument, "embed() on a stage without the embedding (layers [{}, {}))", first_, last_);
+  if (static_cast<std::int64_t>(batch.tokens.size()) != batch.total_tokens())
+    throw_scoped(ErrorScope::kRequest, ErrorCode::kInvalidArgument, "batch has {} tokens but its sequences add up to {}",
+                 batch.tokens.size(), batch.total_tokens());
+  for (std::size_t i = 0; i < batch.tokens.size(); ++i)
+    if (batch.tokens[i] < 0 || batch.tokens[i] >= cfg_.vocab_size)
+      throw_scoped(ErrorScope::kRequest, ErrorCode::kInvalidArgument, "token {} at batch position {} is outside the vocabulary [0, {})",
+                   batch.tokens[i], i, cfg_.vocab_size);
+  kernels::embedding(ctx_, embed_, batch.tokens, tp_layout_.vocab_begin, x);
+  all_reduce(x);  // each rank contributed only the rows of its vocabulary slice
+}
+
+const LlamaModel::Layer& LlamaModel::layer_ref(int layer) const {
+  if (layer < first_ || layer >= last_)
+    throw_error(ErrorCode::kInvalidArgument, "layer {} is not on this stage (layers [{}, {}))", layer, first_, last_);
+  return layers_[static_cast<std::size_t>(layer - first_)];
+}
+
+void LlamaModel::check_batch(const Batch& batch) const {
+  for (const auto& s : batch.seqs)
+    if (s.slot < 0 || s.slot >= kv_.n_slots() || s.n_tokens < 1 || s.start_pos < 0 ||
+        s.start_pos + s.n_tokens > kv_.capacity())
+      throw_scoped(ErrorScope::kRequest, ErrorCode::kInvalidArgument,
+                   "sequence in slot {} at positions [{}, {}) does not fit the KV cache ({} slots x {} positions)", s.slot,
+                   s.start_pos, s.start_pos + s.n_tokens, kv_.n_slots(), kv_.capacity());
+}
+
+void LlamaModel::attention_core(const Batch& batch, const TensorView& qkv, int layer, const TensorView& out) {
+  const std::int64_t qc = tp_layout_.q_cols(cfg_.head_dim), kvc = tp_layout_.kv_cols(cfg_.head_dim);
+  const TensorView q = qkv.slice_cols(0, qc), k = qkv.slice_cols(qc, kvc), v = qkv.slice_cols(qc + kvc, kvc);
+  const kernels::AttentionDims dims{tp_layout_.heads, tp_layout_.kv_heads, cfg_.head_dim, 0.0f};
+  const int local = layer - first_;
+  bool all_decode = true;
+  std::int64_t row = 0;
+  std::vector<kernels::KvView> views;
+  std::vector<std::int64_t> lengths;
+  for (const auto& s : batch.seqs) {
+    kernels::KvView kv = kv_.view(local, s.slot);
+    kernels::kv_write(ctx_, kv, k.slice_rows(row, s.n_tokens), v.slice_rows(row, s.n_tokens), s.start_pos);
+    views.push_back(kv);
+    lengths.push_back(s.start_pos + s.n_tokens);
+    all_decode = all_decode && s.n_tokens == 1;
+    row += s.n_tokens;
+  }
+  if (all_decode) {
+    kernels::attention_decode(ctx_, dims, q, views, lengths, out);
+    return;
+  }
+  row = 0;
+  for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+    const auto& s = batch.seqs[i];
+    kernels::attention_prefill(ctx_, dims, q.slice_rows(row, s.n_tokens), views[i], s.start_pos,
+                               out.slice_rows(row, s.n_tokens));
+    row += s.n_tokens;
+  }
+}
+
+void LlamaModel::attention_partial(int layer, const Batch& batch, const TensorView& x, const TensorView& out) {
+  check_batch(batch);
+  const Layer& y = layer_ref(layer);
+  const std::int64_t T = batch.total_tokens(), qc = tp_layout_.q_cols(cfg_.head_dim),
+                     kvc = tp_layout_.kv_cols(cfg_.head_dim);
+  TensorView n = scratch(kNormed, T, cfg_.hidden_size);
+  kernels::rms_norm(ctx_, x, y.in_norm, static_cast<float>(cfg_.rms_norm_eps), n);
+  TensorView qkv = scratch(kQkv, T, qc + 2 * kvc);
+  kernels::matmul(ctx_, n, y.wqkv, qkv);
+  if (!y.bqkv.empty_tensor()) kernels::add_bias(ctx_, qkv, y.bqkv);
+  positions_ = batch.positions();
+  kernels::apply_rope(ctx_, rope_, qkv.slice_cols(0, qc), tp_layout_.heads, positions_);
+  kernels::apply_rope(ctx_, rope_, qkv.slice_cols(qc, kvc), tp_layout_.kv_heads, positions_);
+  TensorView attn = scratch(kAttn, T, qc);
+  attention_core(batch, qkv, layer, attn);
+  kernels::matmul(ctx_, attn, y.wo, out);
+}
+
+void LlamaModel::mlp_partial(int layer, const TensorView& x, const TensorView& out) {
+  const Layer& y = layer_ref(layer);
+  const std::int64_t T = x.rows(), I = tp_layout_.inter;
+  TensorView n = scratch(kNormed, T, cfg_.hidden_size);
+  kernels::rms_norm(ctx_, x, y.post_norm, static_cast<float>(cfg_.rms_norm_eps), n);
+  TensorView gu = scratch(kGateUp, T, 2 * I);
+  kernels::matmul(ctx_, n, y.w_gate_up, gu);
+  TensorView g = gu.slice_cols(0, I);
+  kernels::swiglu(ctx_, g, gu.slice_cols(I, I), g);
+  kernels::matmul(ctx_, g, y.w_down, out);
+}
+
+void LlamaModel::all_reduce(const TensorView& partial) {
+  if (tp_.size() == 1) return;
+  if (!partial.is_contiguous())
+    throw_error(ErrorCode::kInternal, "all_reduce needs a contiguous tensor, got {}", partial.describe());
+  tp_.all_reduce(partial.data, static_cast<std::size_t>(partial.numel()), transport::DType::kF32);
+}
+
+transport::RequestPtr LlamaModel::all_reduce_async(const TensorView& partial) {
+  if (tp_.size() == 1) return transport::make_completed_request(0, "all-reduce over a group of one");
+  if (!partial.is_contiguous())
+    throw_error(ErrorCode::kInternal, "all_reduce_async needs a contiguous tensor, got {}", partial.describe());
+  return tp_.all_reduce_async(partial.data, static_cast<std::size_t>(partial.numel()), transport::DType::kF32);
+}
+
+void LlamaModel::standard_layer(int layer, const Batch& batch, const TensorView& x) {
+  TensorView p = scratch(kPartial, x.rows(), cfg_.hidden_size);
+  attention_partial(layer, batch, x, p);
+  all_reduce(p);
+  kernels::add(ctx_, x, p, x);
+  mlp_partial(layer, x, p);
+  all_reduce(p);
+  kernels::add(ctx_, x, p, x);
+}
+
+void LlamaModel::run_stage(const Batch& batch, const TensorView& x) {
+  if (has_embedding()) embed(batch, x);
+  for (int l = first_; l < last_; ++l) standard_layer(l, batch, x);
+}
+
+void LlamaModel::local_logits(const Batch& batch, const TensorView& x, const TensorView& out) {
+  if (!has_lm_head())
+    throw_error(ErrorCode::kInvalidArgument, "local_logits() on a stage without the LM head (layers [{}, {}))", first_, last_);
+  const std::int64_t R = batch.logit_rows(), H = cfg_.hidden_size;
+  TensorView sel = scratch(kSelected, R, H);
+  if (batch.all_logits) {
+    std::memcpy(sel.data, x.data, static_cast<std::size_t>(R * H) * sizeof(float));
+  } else {
+    std::int64_t row = 0;
+    for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+      row += batch.seqs[i].n_tokens;
+      std::memcpy(sel.row_ptr(static_cast<std::int64_t>(i)), x.row_ptr(row - 1), static_cast<std::size_t>(H) * sizeof(float));
+    }
+  }
+  kernels::rms_norm(ctx_, sel, final_norm_, static_cast<float>(cfg_.rms_norm_eps), sel);
+  const kernels::Tensor& head = lm_head_.empty_tensor() ? embed_ : lm_head_;
+  kernels::matmul(ctx_, sel, head, out);
+}
+
+void LlamaModel::gather_logits(const TensorView& local, std::vector<float>& full) {
+  const std::int64_t R = local.rows(), V = cfg_.vocab_size, chunk = tp_layout_.vocab_chunk;
+  const int t = tp_.size();
+  full.resize(static_cast<std::size_t>(R * V));
+  if (t == 1) {
+    for (std::int64_t r = 0; r < R; ++r)
+      std::memcpy(full.data() + r * V, local.row_ptr(r), static_cast<std::size_t>(V) * sizeof(float));
+    return;
+  }
+  // Equal-sized contributions (all_gather's contract): pad each rank's slice to `chunk`.
+  std::vector<float> mine(static_cast<std::size_t>(R * chunk), 0.0f), all(static_cast<std::size_t>(t * R * chunk));
+  for (std::int64_t r = 0; r < R; ++r)
+    std::memcpy(mine.data() + r * chunk, local.row_ptr(r), static_cast<std::size_t>(local.cols()) * sizeof(float));
+  tp_.all_gather(mine.data(), all.data(), mine.size() * sizeof(float));
+  for (int q = 0; q < t; ++q) {
+    const std::int64_t vb = std::min<std::int64_t>(V, q * chunk), n = std::min<std::int64_t>(V, vb + chunk) - vb;
+    for (std::int64_t r = 0; r < R; ++r)
+      std::memcpy(full.data() + r * V + vb, all.data() + (q * R + r) * chunk, static_cast<std::size_t>(n) * sizeof(float));
+  }
+}
+
+std::vector<float> LlamaModel::forward(const Batch& batch) {
+  if (!has_embedding() || !has_lm_head())
+    throw_error(ErrorCode::kInvalidArgument, "forward() needs the whole model on this stage (has layers [{}, {}) of {})",
+                first_, last_, cfg_.num_layers);
+  const std::int64_t T = batch.total_tokens();
+  TensorView x = scratch(kHidden, T, cfg_.hidden_size);
+  run_stage(batch, x);
+  TensorView local = scratch(kLogits, batch.logit_rows(), tp_layout_.vocab_local());
+  local_logits(batch, x, local);
+  std::vector<float> full;
+  gather_logits(local, full);
+  return full;
+}
+
+}  // namespace trellis::runtime

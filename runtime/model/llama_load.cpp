@@ -1,0 +1,141 @@
+// Loading a rank's shard of a Llama checkpoint: every weight is read as a Slice of the
+// checkpoint tensor straight into this rank's (fused) weight buffer, in parallel row
+// chunks, after its full shape and stored dtype were checked against the config.
+#include <fmt/ranges.h>
+
+#include "llama_internal.hpp"
+#include "trellis/core/error.hpp"
+
+namespace trellis::runtime {
+namespace {
+
+using kernels::Tensor;
+
+std::string stored_name_of(const std::string& torch_dtype) {
+  if (torch_dtype == "bfloat16") return "BF16";
+  if (torch_dtype == "float32") return "F32";
+  if (torch_dtype == "float16") return "F16";
+  return {};
+}
+
+struct Loader {
+  const CheckpointReader& reader;
+  const ModelConfig& cfg;
+  const kernels::Context& ctx;
+
+  // Checks `name` exists with shape `full`, then reads `slice` of it as `type` into dst.
+  void read(const std::string& name, std::vector<std::int64_t> full, const Slice& slice, ElemType type, void* dst) const {
+    const TensorInfo& t = reader.require(name);
+    if (t.shape != full)
+      throw_error(ErrorCode::kCorruptInput,
+                  "{}: tensor '{}' has shape [{}] but the model config (hidden_size={}, intermediate_size={}, "
+                  "heads={}, kv_heads={}, head_dim={}, vocab_size={}) implies [{}]",
+                  t.file, name, fmt::join(t.shape, ", "), cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
+                  cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size, fmt::join(full, ", "));
+    std::string want = stored_name_of(cfg.torch_dtype);
+    bool is_float = t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16";
+    if (!want.empty() && is_float && full.size() > 1 && t.dtype != want)
+      throw_error(ErrorCode::kCorruptInput, "{}: tensor '{}' is stored as {} but config.json says torch_dtype {}",
+                  t.file, name, t.dtype, cfg.torch_dtype);
+    const std::size_t row_bytes = static_cast<std::size_t>(slice.cols()) * elem_size(type);
+    auto* base = static_cast<std::byte*>(dst);
+    // Rows are independent: split them over the threads (mmap page faults and dtype
+    // conversion both scale).
+    ctx.pool().parallel_for(
+        slice.rows(),
+        [&](std::int64_t b, std::int64_t e) {
+          Slice part{slice.row_begin + b, slice.row_begin + e, slice.col_begin, slice.col_end};
+          reader.read_slice(name, part, type, base + static_cast<std::size_t>(b) * row_bytes);
+        },
+        std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(1, slice.cols())));
+  }
+
+  Tensor vector_f32(const std::string& name, std::int64_t n) const {
+    Tensor t = Tensor::empty(kernels::DType::kF32, {n});
+    read(name, {n}, {0, 1, 0, n}, ElemType::kF32, t.ptr<float>());
+    return t;
+  }
+};
+
+std::byte* row_ptr(const Tensor& t, std::int64_t row) {
+  return static_cast<std::byte*>(t.view().row_ptr(row));
+}
+
+}  // namespace
+
+kernels::DType to_kernel_dtype(ElemType t) { return t == ElemType::kF32 ? kernels::DType::kF32 : kernels::DType::kBF16; }
+
+void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
+  const Loader ld{reader, cfg_, ctx_};
+  const auto& L = tp_layout_;
+  const std::int64_t H = cfg_.hidden_size, hd = cfg_.head_dim, qc = L.q_cols(cfg_.head_dim),
+                     kvc = L.kv_cols(cfg_.head_dim), q_full = std::int64_t{cfg_.num_heads} * hd,
+                     kv_full = std::int64_t{cfg_.num_kv_heads} * hd, I = cfg_.intermediate_size;
+  if (opt.weight_dtype) {
+    wtype_ = *opt.weight_dtype;
+  } else {
+    // f32 and f16 are kept in f32 (exact; f16 -> bf16 would round), bf16 and quantized
+    // types in bf16.
+    const std::string& stored = reader.require("model.embed_tokens.weight").dtype;
+    wtype_ = stored == "F32" || stored == "F16" ? ElemType::kF32 : ElemType::kBF16;
+  }
+  const kernels::DType wdt = to_kernel_dtype(wtype_);
+  for (int l = first_; l < last_; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    Layer& y = layers_.emplace_back();
+    y.in_norm = ld.vector_f32(p + "input_layernorm.weight", H);
+    y.post_norm = ld.vector_f32(p + "post_attention_layernorm.weight", H);
+    y.wqkv = Tensor::empty(wdt, {qc + 2 * kvc, H});
+    const std::int64_t q0 = L.head_begin * hd, kv0 = L.kv_head_begin * hd;
+    ld.read(p + "self_attn.q_proj.weight", {q_full, H}, {q0, q0 + qc, 0, H}, wtype_, row_ptr(y.wqkv, 0));
+    ld.read(p + "self_attn.k_proj.weight", {kv_full, H}, {kv0, kv0 + kvc, 0, H}, wtype_, row_ptr(y.wqkv, qc));
+    ld.read(p + "self_attn.v_proj.weight", {kv_full, H}, {kv0, kv0 + kvc, 0, H}, wtype_, row_ptr(y.wqkv, qc + kvc));
+    if (cfg_.attention_bias) {
+      y.bqkv = Tensor::empty(kernels::DType::kF32, {qc + 2 * kvc});
+      float* b = y.bqkv.ptr<float>();
+      ld.read(p + "self_attn.q_proj.bias", {q_full}, {0, 1, q0, q0 + qc}, ElemType::kF32, b);
+      ld.read(p + "self_attn.k_proj.bias", {kv_full}, {0, 1, kv0, kv0 + kvc}, ElemType::kF32, b + qc);
+      ld.read(p + "self_attn.v_proj.bias", {kv_full}, {0, 1, kv0, kv0 + kvc}, ElemType::kF32, b + qc + kvc);
+    }
+    y.wo = Tensor::empty(wdt, {H, qc});
+    ld.read(p + "self_attn.o_proj.weight", {H, q_full}, {0, H, q0, q0 + qc}, wtype_, y.wo.view().data);
+    y.w_gate_up = Tensor::empty(wdt, {2 * L.inter, H});
+    const std::int64_t i0 = L.inter_begin;
+    ld.read(p + "mlp.gate_proj.weight", {I, H}, {i0, i0 + L.inter, 0, H}, wtype_, row_ptr(y.w_gate_up, 0));
+    ld.read(p + "mlp.up_proj.weight", {I, H}, {i0, i0 + L.inter, 0, H}, wtype_, row_ptr(y.w_gate_up, L.inter));
+    y.w_down = Tensor::empty(wdt, {H, L.inter});
+    ld.read(p + "mlp.down_proj.weight", {H, I}, {0, H, i0, i0 + L.inter}, wtype_, y.w_down.view().data);
+  }
+  const std::int64_t V = cfg_.vocab_size, vl = L.vocab_local();
+  const Slice vocab_rows{L.vocab_begin, L.vocab_end, 0, H};
+  if (has_embedding()) {
+    embed_ = Tensor::empty(wdt, {vl, H});
+    ld.read("model.embed_tokens.weight", {V, H}, vocab_rows, wtype_, embed_.view().data);
+  }
+  if (has_lm_head()) {
+    final_norm_ = ld.vector_f32("model.norm.weight", H);
+    if (!(cfg_.tie_word_embeddings && has_embedding())) {
+      lm_head_ = Tensor::empty(wdt, {vl, H});
+      const char* name = cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+      ld.read(name, {V, H}, vocab_rows, wtype_, lm_head_.view().data);
+    }
+  }
+}
+
+std::size_t LlamaModel::weight_bytes() const {
+  std::size_t n = embed_.bytes() + final_norm_.bytes() + lm_head_.bytes();
+  for (const auto& y : layers_)
+    n += y.in_norm.bytes() + y.post_norm.bytes() + y.wqkv.bytes() + y.bqkv.bytes() + y.wo.bytes() +
+         y.w_gate_up.bytes() + y.w_down.bytes();
+  return n;
+}
+
+std::size_t LlamaModel::decode_bytes_per_token() const {
+  // Everything but the embedding table, of which decode reads one row per token; a tied
+  // head streams the embedding table instead.
+  std::size_t n = weight_bytes() - embed_.bytes();
+  if (has_lm_head() && lm_head_.empty_tensor()) n += embed_.bytes();
+  return n;
+}
+
+}  // namespace trellis::runtime
