@@ -41,8 +41,34 @@ float* scratch(std::size_t floats, int which) {
 
 // ---- small-M path ------------------------------------------------------------------------
 
+// bf16 only: x deinterleaved per 32-element chunk c as [x[32c + 2j] for j < 16] then
+// [x[32c + 2j + 1] for j < 16], K rounded down to a multiple of 32, one row after another.
+// A 32-bit lane of 32 loaded bf16 weights holds an even element in its low half and an odd
+// one in its high half, so `lane << 16` and `lane & 0xffff0000` are both exact f32 values
+// (w[2j] and w[2j+1]): two FMAs against the matching halves of x widen 32 weights with 2
+// integer ops instead of 4, which matters when cores are shared and decode turns
+// compute-bound.
+std::vector<float> deinterleave_x(const GemmArgs& g) {
+  const std::int64_t k32 = g.k / 32 * 32;
+  std::vector<float> xd(static_cast<std::size_t>(g.m * k32));
+  for (std::int64_t i = 0; i < g.m; ++i)
+    for (std::int64_t c = 0; c < k32; c += 32)
+      for (int j = 0; j < 16; ++j) {
+        xd[static_cast<std::size_t>(i * k32 + c + j)] = g.a[i * g.lda + c + 2 * j];
+        xd[static_cast<std::size_t>(i * k32 + c + 16 + j)] = g.a[i * g.lda + c + 2 * j + 1];
+      }
+  return xd;
+}
+
+template <typename T>
+inline void prefetch_next(const T* p, std::int64_t offset) {
+#ifdef TRELLIS_KERNELS_AVX512
+  if (offset) _mm_prefetch(reinterpret_cast<const char*>(p + offset), _MM_HINT_T0);
+#endif
+}
+
 template <typename E, int M, int NB>
-void gemv_rows(const GemmArgs& g, std::int64_t n_begin, std::int64_t n_end) {
+void gemv_rows(const GemmArgs& g, std::int64_t n_begin, std::int64_t n_end, const float* xd) {
   const auto* b = static_cast<const typename E::T*>(g.b);
   const std::int64_t k = g.k;
   std::int64_t n = n_begin;
@@ -53,10 +79,34 @@ void gemv_rows(const GemmArgs& g, std::int64_t n_begin, std::int64_t n_end) {
       for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_setzero_ps();
     const typename E::T* rows[NB];
     for (int j = 0; j < NB; ++j) rows[j] = b + (n + j) * g.ldb;
+    // The same offset in the next block's rows. Each bf16 row of a 2048-wide matrix is one
+    // 4 KiB page, where hardware stream prefetchers stop and retrain; fetching the next
+    // rows while this block computes keeps DRAM busy across those page changes.
+    const std::int64_t next = n + 2 * NB <= n_end ? NB * g.ldb : 0;
     std::int64_t kk = 0;
+    if constexpr (std::is_same_v<E, BF16>) {
+      const std::int64_t k32 = k / 32 * 32;
+      const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+      for (; kk < k32; kk += 32) {
+        __m512 we[NB], wo[NB];
+        for (int j = 0; j < NB; ++j) {
+          prefetch_next(rows[j] + kk, next);
+          __m512i w = _mm512_loadu_si512(rows[j] + kk);
+          we[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+          wo[j] = _mm512_castsi512_ps(_mm512_and_si512(w, high));
+        }
+        for (int i = 0; i < M; ++i) {
+          __m512 xe = _mm512_loadu_ps(xd + i * k32 + kk), xo = _mm512_loadu_ps(xd + i * k32 + kk + 16);
+          for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(xo, wo[j], _mm512_fmadd_ps(xe, we[j], acc[i][j]));
+        }
+      }
+    }
     for (; kk + 16 <= k; kk += 16) {
       __m512 w[NB];
-      for (int j = 0; j < NB; ++j) w[j] = load16<E>(rows[j] + kk);
+      for (int j = 0; j < NB; ++j) {
+        prefetch_next(rows[j] + kk, next);
+        w[j] = load16<E>(rows[j] + kk);
+      }
       for (int i = 0; i < M; ++i) {
         __m512 x = _mm512_loadu_ps(g.a + i * g.lda + kk);
         for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, w[j], acc[i][j]);
@@ -94,9 +144,11 @@ void gemv_rows(const GemmArgs& g, std::int64_t n_begin, std::int64_t n_end) {
 template <typename E, int M>
 void gemv_typed(ThreadPool& pool, const GemmArgs& g) {
   constexpr int kNb = M <= 4 ? 4 : 2;  // keeps M * NB accumulators + loads within 32 zmm
+  std::vector<float> xd;
+  if constexpr (std::is_same_v<E, BF16>) xd = deinterleave_x(g);
   // Chunks of 64 rows keep every thread's slice of B contiguous and its stores apart.
   pool.parallel_for((g.n + 63) / 64, [&](std::int64_t lo, std::int64_t hi) {
-    gemv_rows<E, M, kNb>(g, lo * 64, std::min(hi * 64, g.n));
+    gemv_rows<E, M, kNb>(g, lo * 64, std::min(hi * 64, g.n), xd.data());
   });
 }
 
