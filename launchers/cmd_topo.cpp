@@ -13,6 +13,7 @@
 #include "trellis/core/error.hpp"
 #include "trellis/topology/discovery.hpp"
 #include "trellis/topology/placement.hpp"
+#include "trellis/transport/selection.hpp"
 
 namespace trellis::launchers {
 namespace {
@@ -23,10 +24,12 @@ struct TopoOptions {
   int pp = 0, tp = 0;
   bool no_nvlink = false;
   bool no_nvml = false;
+  bool no_ucx = false;
   bool json = false;
   std::string ranks = "auto";
   int cpu_ranks_per_host = 0;
   topology::ModelShape model;
+  std::string transport;  // --transport; empty: setting comm.transport
 };
 
 std::vector<int> my_cpus() {
@@ -46,6 +49,7 @@ topology::Topology load(Session& s, const TopoOptions& o) {
   if (!o.synthetic.empty()) return topology::parse_synthetic(o.synthetic);
   topology::DiscoverOptions d;
   d.use_nvml = !o.no_nvml;
+  d.use_ucx = !o.no_ucx;
   topology::Host mine = topology::discover_local_host(d);
   if (!s.under_mpirun) {
     // One process: show this machine and plan for hypothetical ranks on it.
@@ -119,6 +123,7 @@ void print_text(const topology::Topology& topo, const TopoOptions& o, const topo
 int run_topo(Session& s, TopoOptions o) {
   if (!o.files.empty() && !o.synthetic.empty())
     throw_error(ErrorCode::kInvalidArgument, "--topo-file and --synthetic exclude each other");
+  o.no_nvlink = o.no_nvlink || s.config.get_bool("comm.no_nvlink");  // the setting, as transport reads it
   const bool live = o.files.empty() && o.synthetic.empty();
   if (!live && !s.is_root()) return 0;
   topology::Topology topo = load(s, o);
@@ -143,6 +148,13 @@ int run_topo(Session& s, TopoOptions o) {
     return 0;
   }
   print_text(shown, o, pl ? &*pl : nullptr, with_nvlink ? &*with_nvlink : nullptr);
+  if (pl) {  // the backend each link will use (transport/README.md, policy table)
+    auto policy = transport::SelectionPolicy::parse(
+        o.transport.empty() ? s.config.get_string("comm.transport") : o.transport,
+        o.no_nvlink || s.config.get_bool("comm.no_nvlink"));
+    std::cout << fmt::format("\nbackends (--transport {}):\n", policy.describe())
+              << transport::format_link_plan(transport::plan_links(*pl, policy));
+  }
   return 0;
 }
 
@@ -158,7 +170,10 @@ Action define_topo(CLI::App& sub) {
   sub.add_option("--tp", o->tp, "Tensor-parallel ranks per stage t");
   sub.add_flag("--no-nvlink", o->no_nvlink, "Treat NVLink as absent (interconnect study); shows what changes");
   sub.add_flag("--no-nvml", o->no_nvml, "Live discovery: do not load NVML (no NVLink information)");
+  sub.add_flag("--no-ucx", o->no_ucx, "Live discovery: do not add the network devices UCX lists");
   sub.add_flag("--json", o->json, "Print the topology and placement as JSON");
+  sub.add_option("--transport", o->transport,
+                 "Backend override to show: NAME, or CLASS=NAME,... (default: setting comm.transport)");
   sub.add_option("--ranks", o->ranks, "What a rank is: auto (a GPU when there are GPUs), gpu or cpu")
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   sub.add_option("--cpu-ranks-per-host", o->cpu_ranks_per_host,

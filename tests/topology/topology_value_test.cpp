@@ -188,5 +188,17 @@ TEST(Live, DiscoversThisMachine) {
   EXPECT_FALSE(describe(t).empty());
 }
 
+TEST(Live, UcxDeviceListIsConsultedOnRequest) {
+  DiscoverOptions o;
+  o.use_nvml = false;
+  o.use_ucx = true;
+  Host h = discover_local_host(o);
+  bool noted = false;
+  for (const auto& n : h.notes) noted = noted || n.rfind("UCX:", 0) == 0;
+  EXPECT_TRUE(noted);
+  // Every NIC has one PCIe path per GPU, whichever list it came from.
+  for (const auto& nic : h.nics) EXPECT_EQ(nic.gpu_paths.size(), h.devices.size()) << nic.name;
+}
+
 }  // namespace
 }  // namespace trellis::topology

@@ -127,8 +127,8 @@ Host discover_local_host(const DiscoverOptions& options) {
   if (host.boot_id.empty()) host.notes.push_back("boot id unreadable: hosts are told apart by hostname only");
   if (options.use_nvml) detail::add_nvml_links(host);
   else host.notes.push_back("NVML not consulted (disabled): no NVLink information");
-  if (options.use_ucx) host.notes.push_back("UCX device list not consulted (not implemented; hwloc's list is used)");
   detail::add_sysfs_rates(host);
+  if (options.use_ucx) detail::add_ucx_devices(host);  // after sysfs: rates for what hwloc knows
   return host;
 }
 

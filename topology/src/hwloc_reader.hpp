@@ -28,6 +28,10 @@ void add_nvml_links(Host& host);
 // nothing can be read.
 void add_sysfs_rates(Host& host);
 
+// Adds the network devices UCX lists (uct resources of type net) that hwloc did not
+// report, and a note with the counts. Never throws.
+void add_ucx_devices(Host& host);
+
 // Nominal port rate (bytes/s) of a NIC model by PCI vendor:device id; 0 when unknown.
 double nominal_nic_rate(unsigned vendor, unsigned device);
 

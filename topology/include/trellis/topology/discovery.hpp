@@ -18,7 +18,7 @@ namespace trellis::topology {
 
 struct DiscoverOptions {
   bool use_nvml = true;   // try libnvidia-ml.so.1 with dlopen for NVLink; absence is a note
-  bool use_ucx = false;   // (reserved) add UCX's device list to the NICs
+  bool use_ucx = false;   // add the network devices UCX lists that hwloc did not show
 };
 
 // This host, discovered live with hwloc (I/O filter keeps PCI and OS devices). Fills
