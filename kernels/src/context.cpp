@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "trellis/core/error.hpp"
 
@@ -12,7 +13,7 @@ ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   size_ = threads;
   workers_.reserve(static_cast<std::size_t>(threads - 1));
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -24,73 +25,71 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::worker(int index) {
-  std::uint64_t seen = 0;
-  for (;;) {
-    const std::function<void(int, int)>* job = nullptr;
-    int count = 0;
-    {
-      std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (index >= active_) continue;  // this job does not use this worker
-      job = job_;
-      count = active_;
-    }
+void ThreadPool::run_chunks(std::unique_lock<std::mutex>& lock) {
+  // The job pointer is read under the lock together with the claim, and the caller cannot
+  // return before every claimed chunk finished, so `job` stays valid while it runs.
+  while (job_ != nullptr && next_chunk_ < chunks_) {
+    const auto* job = job_;
+    std::int64_t c = next_chunk_++;
+    ++in_flight_;
+    lock.unlock();
     std::exception_ptr err;
     try {
-      (*job)(index, count);
+      (*job)(c);
     } catch (...) {
       err = std::current_exception();
     }
-    std::lock_guard lock(mu_);
+    lock.lock();
     if (err && !error_) error_ = err;
-    if (--pending_ == 0) done_.notify_one();
+    if (--in_flight_ == 0 && next_chunk_ >= chunks_) done_.notify_all();
+  }
+}
+
+void ThreadPool::worker() {
+  std::uint64_t seen = 0;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    if (stop_) return;
+    seen = generation_;
+    run_chunks(lock);
   }
 }
 
 void ThreadPool::run_on_threads(int count, const std::function<void(int, int)>& fn) {
   count = std::clamp(count, 1, size_);
-  if (count == 1) {
-    fn(0, 1);
-    return;
-  }
-  {
-    std::lock_guard lock(mu_);
-    job_ = &fn;
-    active_ = count;
-    pending_ = count - 1;
-    error_ = nullptr;
-    ++generation_;
-  }
-  wake_.notify_all();
-  std::exception_ptr mine;
-  try {
-    fn(0, count);
-  } catch (...) {
-    mine = std::current_exception();
-  }
-  std::unique_lock lock(mu_);
-  done_.wait(lock, [&] { return pending_ == 0; });
-  job_ = nullptr;
-  if (mine) std::rethrow_exception(mine);
-  if (error_) std::rethrow_exception(error_);
+  parallel_for(count, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) fn(static_cast<int>(i), count);
+  });
 }
 
 void ThreadPool::parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn,
                               std::int64_t grain) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(grain, 1);
-  std::int64_t chunks = std::min<std::int64_t>(size_, (n + grain - 1) / grain);
-  if (chunks <= 1) {
+  // Up to 4 chunks per thread: enough to even out a late or slow thread, few enough that
+  // each chunk still amortises its claim (a lock) and any per-chunk setup (GEMM packing).
+  std::int64_t chunks = std::min<std::int64_t>(std::int64_t{size_} * 4, (n + grain - 1) / grain);
+  if (chunks <= 1 || size_ == 1) {
     fn(0, n);
     return;
   }
-  run_on_threads(static_cast<int>(chunks), [&](int t, int count) {
-    std::int64_t begin = n * t / count, end = n * (t + 1) / count;
+  const std::function<void(std::int64_t)> run_chunk = [&](std::int64_t c) {
+    std::int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
     if (begin < end) fn(begin, end);
-  });
+  };
+  std::unique_lock lock(mu_);
+  job_ = &run_chunk;
+  chunks_ = chunks;
+  next_chunk_ = 0;
+  in_flight_ = 0;
+  error_ = nullptr;
+  ++generation_;
+  wake_.notify_all();
+  run_chunks(lock);
+  done_.wait(lock, [&] { return in_flight_ == 0; });
+  job_ = nullptr;
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
 Context::Context(int threads) : pool_(std::make_unique<ThreadPool>(threads)) {

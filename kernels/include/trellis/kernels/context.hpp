@@ -23,6 +23,10 @@
 namespace trellis::kernels {
 
 // A fixed set of worker threads running one parallel_for at a time.
+//
+// Work is split into chunks that threads claim one at a time, the caller included, and the
+// caller waits only for chunks already claimed. A worker that the OS has not scheduled yet
+// (a loaded machine) therefore delays nothing: the threads that run take its chunks.
 class ThreadPool {
  public:
   // threads <= 0: all cores (std::thread::hardware_concurrency()). The caller counts as one
@@ -34,27 +38,34 @@ class ThreadPool {
 
   int size() const { return size_; }
 
-  // Runs fn(begin, end) over [0, n) split into at most size() contiguous chunks of at least
-  // `grain` items each, one per thread; returns when all are done. An exception thrown by
-  // any chunk is rethrown here (the first one). n <= grain runs inline on the caller.
+  // Runs fn(begin, end) over [0, n) split into contiguous chunks of at least `grain` items
+  // (up to 4 per thread, for balance); returns when all are done. An exception thrown by any
+  // chunk is rethrown here (the first one); the remaining chunks still run. One chunk (n <=
+  // grain, or a single thread) runs inline on the caller.
   void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn,
                     std::int64_t grain = 1);
 
-  // Runs fn(thread_index, thread_count) once on each of `count` threads (count <= size()).
+  // Runs fn(index, count) once for each index in [0, count) (count is clamped to size()),
+  // spread over the threads that are free: normally one index per thread, but on a loaded
+  // machine one thread may run several.
   void run_on_threads(int count, const std::function<void(int, int)>& fn);
 
  private:
-  void worker(int index);
+  void worker();
+  // Claims and runs chunks of the current job until none is left. Called with `lock` held;
+  // returns with it held.
+  void run_chunks(std::unique_lock<std::mutex>& lock);
 
   int size_ = 1;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
-  std::uint64_t generation_ = 0;
-  int active_ = 0;   // threads taking part in the current job (including the caller)
-  int pending_ = 0;  // workers of the current job not yet finished
+  std::uint64_t generation_ = 0;  // bumped per job, so sleeping workers notice a new one
   bool stop_ = false;
-  const std::function<void(int, int)>* job_ = nullptr;
+  const std::function<void(std::int64_t)>* job_ = nullptr;  // runs one chunk by index
+  std::int64_t chunks_ = 0;      // chunks in the current job
+  std::int64_t next_chunk_ = 0;  // next chunk to claim
+  int in_flight_ = 0;            // chunks claimed and still running
   std::exception_ptr error_;
 };
 
