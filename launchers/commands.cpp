@@ -12,6 +12,13 @@ constexpr std::array kGroups = {
 constexpr std::array kCommands = {
     CommandSpec{"info", "Print versions, transports, devices, settings and (under mpirun) every rank",
                 &define_info},
+    CommandSpec{"make-model", "Write a deterministic synthetic Llama checkpoint (config.json + safetensors) from a preset",
+                &define_make_model},
+    CommandSpec{"model-logits", "(testing) Run a model on given token ids and write its logits (reference checks)",
+                &define_model_logits},
+    CommandSpec{"bench model",
+                "Decode tokens/s at batch 1 against the triad memory-bandwidth limit, beside PyTorch eager",
+                &define_bench_model},
     CommandSpec{"bench ring",
                 "Pass messages around a ring of ranks over MPI and report latency and bandwidth",
                 &define_bench_ring},

@@ -1,0 +1,159 @@
+// `trellis bench model`: decode tokens/s at batch 1 of a whole model on this rank,
+// against the memory-bandwidth limit measured in the same run (weight bytes streamed per
+// token / STREAM triad bandwidth), and beside PyTorch eager running the same checkpoint
+// through scripts/reference/torch_reference.py (also in the same run).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "trellis/core/clock.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/core/strings.hpp"
+#include "trellis/kernels/bandwidth.hpp"
+#include "trellis/runtime/checkpoint/reader.hpp"
+#include "trellis/runtime/model/llama.hpp"
+#include "trellis/runtime/model/synthetic.hpp"
+
+namespace trellis::launchers {
+namespace {
+
+struct BenchModelOptions {
+  std::string preset = "llama-1b";
+  std::string model;  // an existing checkpoint instead of the preset
+  std::string dtype = "bf16";
+  std::string workdir = "/tmp/trellis-bench-model";
+  int prompt = 16;
+  int steps = 32;
+  bool torch = true;
+  int torch_steps = 8;
+  std::string python = "/usr/bin/python3";
+  std::string triad_size = "256MiB";
+  bool json = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::string ensure_checkpoint(const BenchModelOptions& o) {
+  if (!o.model.empty()) return o.model;
+  std::string stored = o.dtype == "f32" ? "F32" : "BF16";
+  auto dir = std::filesystem::path(o.workdir) / fmt::format("{}-{}-seed1", o.preset, o.dtype);
+  if (std::filesystem::exists(dir / "config.json")) return dir.string();
+  spdlog::info("writing the {} checkpoint to {} (once; reused by later runs)", o.preset, dir.string());
+  double t0 = now_seconds();
+  runtime::write_synthetic_checkpoint(dir, runtime::model_preset(o.preset), stored, 1);
+  spdlog::info("wrote it in {:.1f} s", now_seconds() - t0);
+  return dir.string();
+}
+
+// Runs the PyTorch eager decode benchmark; returns its JSON, or null with a reason.
+nlohmann::json run_torch(const BenchModelOptions& o, const std::string& dir, int threads) {
+  std::string script = std::string(TRELLIS_SOURCE_DIR) + "/scripts/reference/torch_reference.py";
+  std::string cmd = fmt::format("{} {} bench --model '{}' --prompt {} --steps {} --threads {} --dtype {} 2>&1", o.python,
+                                script, dir, o.prompt, o.torch_steps, threads, o.dtype);
+  spdlog::info("running: {}", cmd);
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return {{"error", "cannot start " + o.python}};
+  std::string out, last;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) {
+    out += buf;
+    std::string line = buf;
+    if (!line.empty() && line[0] == '{') last = line;
+  }
+  int rc = ::pclose(p);
+  auto j = nlohmann::json::parse(last, nullptr, false);
+  if (rc != 0 || j.is_discarded()) return {{"error", fmt::format("exit status {}: {}", rc, out.substr(0, 400))}};
+  j["command"] = cmd.substr(0, cmd.size() - 5);
+  return j;
+}
+
+int run_bench_model(Session& s, const BenchModelOptions& o) {
+  if (!s.require_world(s.size() == 1, "bench model measures one rank; run it without mpirun")) return 1;
+  const std::string dir = ensure_checkpoint(o);
+  auto reader = runtime::open_checkpoint(dir);
+  auto cfg = runtime::parse_model_config(reader->config_json().value_or("{}"), dir + "/config.json");
+  kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")));
+  auto triad = kernels::measure_triad(ctx, parse_size(o.triad_size, "--triad-size"), 10);
+
+  auto group = transport::make_single_group(0);
+  runtime::LoadOptions lo;
+  lo.max_seq_len = o.prompt + o.steps + 1;
+  lo.weight_dtype = o.dtype == "f32" ? runtime::ElemType::kF32 : runtime::ElemType::kBF16;
+  double t0 = now_seconds();
+  runtime::LlamaModel model(*reader, cfg, *group, ctx, lo);
+  const double load_s = now_seconds() - t0;
+
+  runtime::Batch pre;
+  for (int i = 0; i < o.prompt; ++i) pre.tokens.push_back(static_cast<std::int32_t>((i * 37 + 5) % cfg.vocab_size));
+  pre.seqs = {{0, 0, o.prompt}};
+  t0 = now_seconds();
+  auto logits = model.forward(pre);
+  const double prefill_s = now_seconds() - t0;
+  std::vector<double> step_s;
+  std::int64_t pos = o.prompt;
+  for (int k = 0; k < o.steps; ++k) {
+    // Greedy next token keeps the run a real decode loop.
+    std::int32_t next = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    t0 = now_seconds();
+    logits = model.forward(runtime::Batch::decode({&next, 1}, {&pos, 1}));
+    step_s.push_back(now_seconds() - t0);
+    ++pos;
+  }
+  const double tok_s = 1.0 / median(step_s);
+  const double bytes = static_cast<double>(model.decode_bytes_per_token());
+  const double limit = triad.median_bytes_per_s / bytes;
+  nlohmann::json torch = o.torch ? run_torch(o, dir, ctx.threads()) : nlohmann::json{{"error", "skipped (--no-torch)"}};
+
+  nlohmann::json j = {{"model", dir}, {"params_M", cfg.parameter_count() / 1e6}, {"weights", o.dtype},
+                      {"threads", ctx.threads()}, {"triad_GBps_median", triad.median_bytes_per_s / 1e9},
+                      {"triad_GBps_best", triad.best_bytes_per_s / 1e9}, {"decode_bytes_per_token", bytes},
+                      {"limit_tokens_per_s", limit}, {"decode_tokens_per_s", tok_s},
+                      {"fraction_of_limit", tok_s / limit}, {"prefill_tokens", o.prompt},
+                      {"prefill_s", prefill_s}, {"load_s", load_s}, {"steps", o.steps}, {"torch", torch}};
+  if (o.json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("model {} ({:.0f}M params, {} weights, {} threads), batch 1, {} decode steps after a {}-token prompt\n",
+                           dir, cfg.parameter_count() / 1e6, o.dtype, ctx.threads(), o.steps, o.prompt);
+  std::cout << fmt::format("  triad bandwidth (median of 10)   {:8.2f} GB/s\n", triad.median_bytes_per_s / 1e9);
+  std::cout << fmt::format("  weight bytes per decode token    {:8.1f} MB\n", bytes / 1e6);
+  std::cout << fmt::format("  bandwidth limit                  {:8.2f} tokens/s\n", limit);
+  std::cout << fmt::format("  trellis decode (median step)     {:8.2f} tokens/s  = {:.0f}% of the limit\n", tok_s,
+                           100 * tok_s / limit);
+  if (torch.contains("decode_tokens_per_s"))
+    std::cout << fmt::format("  PyTorch {} eager decode ({})  {:8.2f} tokens/s\n", torch.value("torch_version", "?"),
+                             torch.value("dtype", "?"), torch["decode_tokens_per_s"].get<double>());
+  else
+    std::cout << fmt::format("  PyTorch eager: {}\n", torch.value("error", "not run"));
+  std::cout << fmt::format("  (prefill of {} tokens {:.3f} s, load {:.1f} s)\n", o.prompt, prefill_s, load_s);
+  return 0;
+}
+
+}  // namespace
+
+Action define_bench_model(CLI::App& sub) {
+  auto o = std::make_shared<BenchModelOptions>();
+  sub.add_option("--preset", o->preset, "Model preset to generate (see make-model --list)")->capture_default_str();
+  sub.add_option("--model", o->model, "Use this checkpoint instead of a preset");
+  sub.add_option("--dtype", o->dtype, "Weights: bf16 or f32")->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  sub.add_option("--workdir", o->workdir, "Where generated checkpoints are kept")->capture_default_str();
+  sub.add_option("--prompt", o->prompt, "Prompt tokens before decoding")->check(CLI::PositiveNumber)->capture_default_str();
+  sub.add_option("--steps", o->steps, "Timed decode steps")->check(CLI::PositiveNumber)->capture_default_str();
+  sub.add_flag("--torch,!--no-torch", o->torch, "Also time PyTorch eager on the same checkpoint")->capture_default_str();
+  sub.add_option("--torch-steps", o->torch_steps, "Timed PyTorch decode steps")->check(CLI::PositiveNumber)->capture_default_str();
+  sub.add_option("--python", o->python, "Python with torch")->capture_default_str();
+  sub.add_option("--triad-size", o->triad_size, "Bytes per triad array")->capture_default_str();
+  sub.add_flag("--json", o->json, "Print JSON");
+  return [o](Session& s) { return run_bench_model(s, *o); };
+}
+
+}  // namespace trellis::launchers

@@ -1,0 +1,287 @@
+#!/usr/bin/python3
+"""Plain-PyTorch reference for trellis's Llama-family model (PyTorch 1.13 CPU, /usr/bin/python3).
+
+It reads the same safetensors checkpoint itself (8-byte little-endian header length, JSON
+header, raw bytes; single file or sharded via model.safetensors.index.json; no packages
+beyond torch) and implements the forward in eager PyTorch: embedding, RMSNorm, RoPE with
+Llama 3 rope_scaling (HF's rotate_half layout), grouped-query attention with a KV cache,
+SwiGLU MLP, final norm, LM head (tied or untied), Qwen2 q/k/v biases.
+
+Subcommands
+  check  make tiny checkpoints with `trellis make-model`, run `trellis model-logits` at t=1
+         and (with --mpirun) t=2, and compare its logits with this forward for the prefill
+         of a batch of prompts of different lengths (every position) and for several
+         teacher-forced decode steps. Exit 0: all match; 1: a mismatch; 77: skipped.
+  bench  decode tokens/s at batch 1 of PyTorch eager on a checkpoint (one JSON line);
+         `trellis bench model` runs this in the same run as its own measurement.
+
+Tolerances (max |trellis - torch| / max(1, max |torch|) over all logits of a case):
+  F32 checkpoint, f32 weights:   1e-4   (both compute in f32; only summation order differs)
+  BF16 checkpoint, bf16 weights: 1e-4   (trellis streams bf16 weights but converts them to
+                                          f32 exactly and computes in f32, as torch does here
+                                          after .float(); the stored values are identical)
+  F16 checkpoint, f32 weights:   1e-4   (f16 values are converted to f32 exactly)
+Measured differences are ~1e-6; the bound leaves room for thread-count-dependent order.
+"""
+import argparse
+import json
+import math
+import mmap
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import torch
+except ImportError as e:  # the CTest treats 77 as "skipped"
+    print(f"SKIP: torch is not importable by {sys.executable} ({e}); install python3-torch")
+    sys.exit(77)
+
+DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+TOLERANCE = {"f32": 1e-4, "bf16": 1e-4, "f16": 1e-4}
+
+
+# ---- checkpoint ------------------------------------------------------------------------
+
+def read_safetensors_file(path, out):
+    """Adds every tensor of one safetensors file to `out` (name -> tensor, stored dtype)."""
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    (n,) = struct.unpack("<Q", mm[:8])
+    header = json.loads(mm[8:8 + n])
+    base = 8 + n
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = e["data_offsets"]
+        dtype = DTYPES[e["dtype"]]
+        count = (end - begin) // torch.tensor([], dtype=dtype).element_size()
+        t = torch.frombuffer(mm, dtype=dtype, count=count, offset=base + begin) if count else torch.empty(0, dtype=dtype)
+        out[name] = t.reshape(e["shape"])
+
+
+def read_checkpoint(model_dir):
+    tensors = {}
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+        for name in files:
+            read_safetensors_file(os.path.join(model_dir, name), tensors)
+    else:
+        read_safetensors_file(os.path.join(model_dir, "model.safetensors"), tensors)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    return cfg, tensors
+
+
+# ---- model -----------------------------------------------------------------------------
+
+def rope_inv_freq(cfg, head_dim):
+    theta = cfg.get("rope_theta", 10000.0)
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("rope_type", rs.get("type")) == "llama3":
+        factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= old / hi) & (wavelen <= old / lo)
+        inv = torch.where(medium, smoothed, scaled)
+    return inv
+
+
+class Reference:
+    def __init__(self, model_dir, dtype=torch.float32):
+        cfg, t = read_checkpoint(model_dir)
+        self.cfg, self.dtype = cfg, dtype
+        self.h = cfg["hidden_size"]
+        self.nh = cfg["num_attention_heads"]
+        self.nkv = cfg.get("num_key_value_heads", self.nh)
+        self.hd = cfg.get("head_dim") or self.h // self.nh
+        self.eps = cfg.get("rms_norm_eps", 1e-6)
+        self.w = {k: v.to(dtype) for k, v in t.items()}
+        if "lm_head.weight" not in self.w:
+            self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
+        self.inv_freq = rope_inv_freq(cfg, self.hd)
+
+    def rms_norm(self, x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(self.dtype) * w
+
+    def rope(self, x, pos):  # x: [n, heads, hd]
+        ang = pos.to(torch.float64)[:, None] * self.inv_freq[None, :]
+        cos = torch.cat([ang.cos(), ang.cos()], -1).to(self.dtype)[:, None, :]
+        sin = torch.cat([ang.sin(), ang.sin()], -1).to(self.dtype)[:, None, :]
+        half = self.hd // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return x * cos + rot * sin
+
+    def linear(self, x, name, bias=False):
+        y = x @ self.w[name + ".weight"].t()
+        if bias and (name + ".bias") in self.w:
+            y = y + self.w[name + ".bias"]
+        return y
+
+    def forward(self, tokens, start, cache):
+        """Logits [n, vocab] for `tokens` at positions start.., appending to `cache` (a list
+        of per-layer [k, v] tensors [kv_heads, len, hd], filled on first use)."""
+        n = len(tokens)
+        pos = torch.arange(start, start + n)
+        x = self.w["model.embed_tokens.weight"][torch.tensor(tokens)]
+        for l in range(self.cfg["num_hidden_layers"]):
+            p = f"model.layers.{l}."
+            h = self.rms_norm(x, self.w[p + "input_layernorm.weight"])
+            q = self.rope(self.linear(h, p + "self_attn.q_proj", True).view(n, self.nh, self.hd), pos)
+            k = self.rope(self.linear(h, p + "self_attn.k_proj", True).view(n, self.nkv, self.hd), pos)
+            v = self.linear(h, p + "self_attn.v_proj", True).view(n, self.nkv, self.hd)
+            if len(cache) <= l:
+                cache.append([k.transpose(0, 1), v.transpose(0, 1)])
+            else:
+                cache[l][0] = torch.cat([cache[l][0], k.transpose(0, 1)], 1)
+                cache[l][1] = torch.cat([cache[l][1], v.transpose(0, 1)], 1)
+            rep = self.nh // self.nkv
+            K = cache[l][0].repeat_interleave(rep, 0)  # [nh, len, hd]
+            V = cache[l][1].repeat_interleave(rep, 0)
+            s = (q.transpose(0, 1) @ K.transpose(1, 2)) / math.sqrt(self.hd)  # [nh, n, len]
+            total = K.shape[1]
+            mask = torch.arange(total)[None, :] > (pos[:, None])  # key position > query position
+            s = s.masked_fill(mask[None], float("-inf"))
+            a = torch.softmax(s.float(), -1).to(self.dtype) @ V  # [nh, n, hd]
+            x = x + self.linear(a.transpose(0, 1).reshape(n, self.nh * self.hd), p + "self_attn.o_proj")
+            h = self.rms_norm(x, self.w[p + "post_attention_layernorm.weight"])
+            g = self.linear(h, p + "mlp.gate_proj")
+            u = self.linear(h, p + "mlp.up_proj")
+            x = x + self.linear(torch.nn.functional.silu(g) * u, p + "mlp.down_proj")
+        x = self.rms_norm(x, self.w["model.norm.weight"])
+        return (x @ self.w["lm_head.weight"].t()).float()
+
+
+# ---- check -----------------------------------------------------------------------------
+
+CASES = [  # (preset, stored dtype, trellis --weights)
+    ("tiny", "f32", "auto"),
+    ("tiny", "bf16", "auto"),
+    ("tiny", "f16", "auto"),
+    ("tiny-qwen2", "bf16", "auto"),
+    ("tiny-qwen2", "f32", "auto"),
+]
+PROMPTS = [[(i * 37 + 5 + 101 * s) % 300 for i in range(n)] for s, n in enumerate([7, 3, 12])]
+DECODE = [[(11 * k + 29 * s + 1) % 300 for k in range(4)] for s in range(3)]
+
+
+def run(cmd, env=None):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout}")
+    return r.stdout
+
+
+def trellis_logits(args, model_dir, weights, tp, prefix):
+    lists = lambda ls: ";".join(",".join(map(str, l)) for l in ls)
+    cmd = [args.trellis, "model-logits", "--model", model_dir, "--weights", weights,
+           "--prompts", lists(PROMPTS), "--decode", lists(DECODE), "--out", prefix]
+    if tp > 1:
+        cmd = args.mpirun.split() + ["-np", str(tp)] + cmd
+    run(cmd)
+    with open(prefix + ".json") as f:
+        meta = json.load(f)
+    with open(prefix + ".f32", "rb") as f:
+        raw = bytearray(f.read())
+    return meta, torch.frombuffer(raw, dtype=torch.float32).view(-1, meta["vocab"])
+
+
+def torch_logits(model_dir):
+    ref = Reference(model_dir, torch.float32)
+    prefill, caches = [], []
+    for p in PROMPTS:
+        cache = []
+        prefill.append(ref.forward(p, 0, cache))
+        caches.append(cache)
+    rows = [torch.cat(prefill, 0)]
+    for k in range(len(DECODE[0])):
+        step = [ref.forward([DECODE[s][k]], len(PROMPTS[s]) + k, caches[s]) for s in range(len(PROMPTS))]
+        rows.append(torch.cat(step, 0))
+    return torch.cat(rows, 0)
+
+
+def check(args):
+    work = args.workdir or tempfile.mkdtemp(prefix="trellis_torchref_")
+    failures = 0
+    tps = [1, 2] if args.mpirun else [1]
+    print(f"torch {torch.__version__}; cases: {len(CASES)} x t in {tps}; workdir {work}")
+    n_prefill = sum(len(p) for p in PROMPTS)
+    for preset, dtype, weights in CASES:
+        model_dir = os.path.join(work, f"{preset}-{dtype}")
+        run([args.trellis, "make-model", "--preset", preset, "--dtype", dtype, "--seed", "5", "--out", model_dir])
+        ref = torch_logits(model_dir)
+        scale = max(1.0, ref.abs().max().item())
+        for tp in tps:
+            meta, got = trellis_logits(args, model_dir, weights, tp, os.path.join(work, f"{preset}-{dtype}-t{tp}"))
+            if got.shape != ref.shape:
+                print(f"FAIL {preset} {dtype} t={tp}: shape {tuple(got.shape)} vs torch {tuple(ref.shape)}")
+                failures += 1
+                continue
+            d_pre = (got[:n_prefill] - ref[:n_prefill]).abs().max().item() / scale
+            d_dec = (got[n_prefill:] - ref[n_prefill:]).abs().max().item() / scale
+            tol = TOLERANCE[dtype]
+            ok = d_pre <= tol and d_dec <= tol and torch.isfinite(got).all().item()
+            failures += 0 if ok else 1
+            print(f"{'ok  ' if ok else 'FAIL'} {preset:<11} {dtype:<4} weights={meta['weights']:<4} t={tp}: "
+                  f"prefill {d_pre:.2e}, decode {d_dec:.2e} (tolerance {tol:.0e}, |logits| <= {scale:.2f})")
+    return 1 if failures else 0
+
+
+# ---- bench -----------------------------------------------------------------------------
+
+def bench(args):
+    torch.set_num_threads(args.threads)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    t0 = time.perf_counter()
+    ref = Reference(args.model, dtype)
+    load_s = time.perf_counter() - t0
+    vocab = ref.cfg["vocab_size"]
+    prompt = [(i * 37 + 5) % vocab for i in range(args.prompt)]
+    steps = []
+    with torch.no_grad():
+        cache = []
+        logits = ref.forward(prompt, 0, cache)
+        pos = len(prompt)
+        for _ in range(args.steps + 1):  # the first step is a warm-up
+            nxt = int(logits[-1].argmax())
+            t0 = time.perf_counter()
+            logits = ref.forward([nxt], pos, cache)
+            steps.append(time.perf_counter() - t0)
+            pos += 1
+    steps = sorted(steps[1:])
+    med = steps[len(steps) // 2]
+    print(json.dumps({"decode_tokens_per_s": 1.0 / med, "median_step_s": med, "steps": args.steps,
+                      "dtype": args.dtype, "threads": torch.get_num_threads(), "torch_version": torch.__version__,
+                      "load_s": load_s}))
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("--trellis", required=True)
+    c.add_argument("--mpirun", default="", help="mpirun command and flags for the t=2 runs (omit: t=1 only)")
+    c.add_argument("--workdir", default="")
+    b = sub.add_parser("bench")
+    b.add_argument("--model", required=True)
+    b.add_argument("--prompt", type=int, default=16)
+    b.add_argument("--steps", type=int, default=8)
+    b.add_argument("--threads", type=int, default=os.cpu_count())
+    b.add_argument("--dtype", choices=["bf16", "f32"], default="bf16")
+    a = ap.parse_args()
+    return check(a) if a.cmd == "check" else bench(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
