@@ -19,6 +19,10 @@ constexpr std::array kCommands = {
     CommandSpec{"bench model",
                 "Decode tokens/s at batch 1 against the triad memory-bandwidth limit, beside PyTorch eager",
                 &define_bench_model},
+    CommandSpec{"run",
+                "Generate with a model laid out as --pp stages x --tp ranks (under mpirun); summary, "
+                "--out tokens, --trace timeline",
+                &define_run},
     CommandSpec{"bench ring",
                 "Pass messages around a ring of ranks over MPI and report latency and bandwidth",
                 &define_bench_ring},

@@ -19,6 +19,7 @@ const char* to_string(TraceCat c) {
     case TraceCat::kSample: return "sample";
     case TraceCat::kWait: return "wait";
     case TraceCat::kSchedule: return "schedule";
+    case TraceCat::kBlock: return "block";
     default: return "other";
   }
 }
@@ -129,7 +130,7 @@ void write_chrome_trace(const std::string& path, std::span<const RankLabel> rank
                            {"dur", static_cast<double>(e.dur_ns) / 1e3}};
       nlohmann::json args;
       if (e.iteration >= 0) args["iteration"] = e.iteration;
-      if (e.arg >= 0) args[e.cat == TraceCat::kForward ? "block" : "peer"] = e.arg;
+      if (e.arg >= 0) args[e.cat == TraceCat::kBlock ? "layer" : "peer"] = e.arg;
       if (!args.empty()) ev["args"] = args;
       trace.push_back(std::move(ev));
     }

@@ -167,7 +167,7 @@ class StandInStage final : public runtime::StageCompute {
       }
       len += in.lengths[static_cast<std::size_t>(q)];
     }
-    trace.record(runtime::Lane::kForward, runtime::TraceCat::kForward, "block", now_ns(), now_ns(), in.iteration,
+    trace.record(runtime::Lane::kForward, runtime::TraceCat::kBlock, "block", now_ns(), now_ns(), in.iteration,
                  first_layer_);
   }
   void logits(const runtime::StageInput& in, const float* x, float* out) override {

@@ -24,7 +24,9 @@
 
 namespace trellis::runtime {
 
-enum class TraceCat : std::uint8_t { kPrep, kForward, kAllReduce, kSend, kRecv, kSample, kWait, kSchedule, kCount };
+// kBlock marks spans nested inside a "forward" span (one per layer); they are shown in the
+// trace but not added to the shares again.
+enum class TraceCat : std::uint8_t { kPrep, kForward, kAllReduce, kSend, kRecv, kSample, kWait, kSchedule, kBlock, kCount };
 const char* to_string(TraceCat c);
 
 enum class Lane : std::uint8_t { kForward, kCpuPrep, kSampler, kScheduler, kRelay, kCount };

@@ -1,0 +1,273 @@
+#include "trellis/runtime/engine/generate.hpp"
+
+#include <sched.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "trellis/core/error.hpp"
+#include "trellis/kernels/context.hpp"
+#include "trellis/runtime/checkpoint/reader.hpp"
+#include "trellis/runtime/engine/engine.hpp"
+#include "trellis/runtime/engine/llama_stage.hpp"
+#include "trellis/runtime/model/llama.hpp"
+#include "trellis/runtime/model/synthetic.hpp"
+#include "trellis/topology/discovery.hpp"
+#include "trellis/topology/placement.hpp"
+#include "trellis/transport/collectives.hpp"
+#include "trellis/transport/selection.hpp"
+
+namespace trellis::runtime {
+namespace {
+
+// Routes each peer to the transport its link class asked for.
+class MultiTransport final : public transport::Transport {
+ public:
+  transport::Backend backend() const override { return transport::Backend::kMpi; }
+  transport::Capabilities capabilities() const override { return {}; }
+  transport::Link& link(int peer) override {
+    auto it = route_.find(peer);
+    if (it == route_.end()) throw_error(ErrorCode::kInvalidArgument, "engine links: rank {} was never connected", peer);
+    return it->second->link(peer);
+  }
+  void progress() override {
+    for (auto& t : owned_) t->progress();
+  }
+  void add(std::unique_ptr<transport::Transport> t, const std::vector<int>& peers) {
+    for (int p : peers) route_[p] = t.get();
+    owned_.push_back(std::move(t));
+  }
+
+ private:
+  std::vector<std::unique_ptr<transport::Transport>> owned_;
+  std::map<int, transport::Transport*> route_;
+};
+
+std::vector<int> my_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+topology::Topology gather(transport::Bootstrap& world, Deadline deadline) {
+  auto mine = topology::discover_local_host();
+  topology::AllgatherFn fn = [&](const std::string& text) { return transport::allgather_strings(world, text, deadline); };
+  return topology::gather_topology(mine, world.rank(), static_cast<int>(::getpid()), my_cpus(), fn);
+}
+
+std::unique_ptr<transport::Transport> connect_links(transport::Bootstrap& world, const Config& config,
+                                                   const EngineGrid& grid, const topology::Placement& pl,
+                                                   const topology::Topology& topo) {
+  auto policy = transport::SelectionPolicy::from_config(config);
+  // Every rank derives every rank's links, so all agree on which backends to connect.
+  std::map<transport::Backend, std::vector<int>> mine;
+  std::set<transport::Backend> used;
+  for (int r = 0; r < world.size(); ++r) {
+    for (int peer : engine_peers(grid, r)) {
+      auto b = transport::choose_for_pair(pl, topo, r, peer, policy).backend;
+      used.insert(b);
+      if (r == world.rank()) mine[b].push_back(peer);
+    }
+  }
+  auto multi = std::make_unique<MultiTransport>();
+  for (auto b : used) {
+    auto peers = mine[b];
+    multi->add(transport::connect(b, world, peers, config), peers);
+    spdlog::debug("rank {}: {} link(s) over {}", world.rank(), peers.size(), transport::to_string(b));
+  }
+  return multi;
+}
+
+std::string make_job_token(transport::Bootstrap& world, Deadline deadline) {
+  std::string tok;
+  if (world.rank() == 0) tok = fmt::format("{:x}{:x}", static_cast<unsigned>(::getpid()), std::random_device{}());
+  std::vector<std::byte> b(tok.size());
+  std::memcpy(b.data(), tok.data(), tok.size());
+  world.broadcast(b, 0, deadline);
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+// Rank 0 reads the workload; a bad file becomes the same error on every rank.
+std::vector<Request> load_workload(transport::Bootstrap& world, const GenerateOptions& o, int vocab, Deadline dl,
+                                   std::string& source) {
+  Workload w;
+  std::string err;
+  if (world.rank() == 0) {
+    try {
+      if (!o.prompts.empty()) w = read_prompts(o.prompts, vocab);
+      else w = make_synthetic(parse_synthetic_spec(o.workload, "--workload"), vocab);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+  }
+  std::vector<std::byte> b(err.size());
+  std::memcpy(b.data(), err.data(), err.size());
+  world.broadcast(b, 0, dl);
+  if (!b.empty())
+    throw Error(ErrorCode::kInvalidArgument, std::string(reinterpret_cast<const char*>(b.data()), b.size()));
+  source = w.source;
+  return std::move(w.requests);
+}
+
+void write_outputs(const std::string& path, const std::vector<Request>& reqs, const std::vector<RequestResult>& res) {
+  std::ofstream f(path);
+  if (!f) throw_error(ErrorCode::kIo, "--out {}: cannot be written", path);
+  for (const auto& r : res) {
+    const auto& q = reqs[static_cast<std::size_t>(r.id)];
+    nlohmann::json j = {{"id", q.name},
+                        {"status", r.status == RequestStatus::kFinished ? "ok" : "failed"},
+                        {"reason", r.reason},
+                        {"tokens", r.output}};
+    if (q.from_text) j["text"] = ByteTokenizer::decode(r.output);
+    f << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+}
+
+struct PackedShares {
+  double busy, comm, wait, wall;
+};
+
+}  // namespace
+
+GenerateReport generate(transport::Bootstrap& world, const Config& config, const GenerateOptions& o) {
+  const Deadline setup = Deadline::after(config.get_duration("comm.connect_timeout_ms") * 3);
+  if (o.pp < 1 || o.tp < 1 || o.pp * o.tp != world.size())
+    throw_error(ErrorCode::kInvalidArgument, "--pp {} x --tp {} = {} ranks, but the job has {} (mpirun -np {})", o.pp,
+                o.tp, o.pp * o.tp, world.size(), o.pp * o.tp);
+  // The model: a checkpoint directory, or a synthetic preset generated in memory.
+  std::unique_ptr<CheckpointReader> reader;
+  ModelConfig cfg;
+  if (!o.model_dir.empty()) {
+    reader = open_checkpoint(o.model_dir);
+    auto text = reader->config_json();
+    if (!text) throw_error(ErrorCode::kNotFound, "{}: no config.json", reader->describe());
+    cfg = parse_model_config(*text, reader->describe() + "/config.json");
+  } else {
+    cfg = model_preset(o.preset);
+    reader = make_synthetic_reader(cfg, "F32", o.seed);
+  }
+  // Topology -> placement -> grid.
+  auto topo = gather(world, setup);
+  topology::PlaceOptions popt;
+  popt.kind = topology::RankKind::kCpu;
+  auto pl = topology::place({cfg.num_layers, cfg.num_heads, cfg.num_kv_heads}, topo, o.pp, o.tp, popt);
+  EngineGrid grid;
+  grid.pp = o.pp;
+  grid.tp = o.tp;
+  for (int s = 0; s < o.pp; ++s)
+    for (int k = 0; k < o.tp; ++k) grid.rank_of.push_back(pl.rank_at(s, k));
+  for (const auto& rp : pl.ranks) grid.host_of.push_back(rp.host);
+  const int me = world.rank(), stage = grid.stage_of(me), k = grid.tp_of(me);
+  if (o.pin_cores && !pl.ranks[static_cast<std::size_t>(me)].cores.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : pl.ranks[static_cast<std::size_t>(me)].cores) CPU_SET(c, &set);
+    sched_setaffinity(0, sizeof set, &set);
+  }
+  // Links, then one TP group per stage (collective: every rank builds each in order).
+  auto links = connect_links(world, config, grid, pl, topo);
+  std::unique_ptr<transport::Group> tp_group;
+  for (int s = 0; s < o.pp; ++s) {
+    std::vector<int> members;
+    for (int j = 0; j < o.tp; ++j) members.push_back(grid.rank_at(s, j));
+    auto g = o.tp == 1 ? (s == stage ? transport::make_single_group(me) : nullptr)
+                       : transport::make_group(world, members, transport::GroupOptions::from_config(config), config,
+                                               grid.host_of);
+    if (s == stage) tp_group = std::move(g);
+  }
+  Tracer tracer(!o.trace.empty());
+  auto timed = make_timed_group(*tp_group, tracer);
+  // This rank's shard.
+  EngineOptions eo;
+  eo.cpu_sampler = o.cpu_sampler;
+  eo.tsem = o.tsem;
+  eo.sat = o.sat;
+  eo.sampler_threads = static_cast<int>(config.get_int("run.sampler_threads"));
+  eo.deadline = config.get_duration("comm.deadline_ms");
+  eo.ring_slot_bytes = static_cast<std::uint32_t>(config.get_size("run.channel_slot_bytes"));
+  eo.keep_trace = !o.trace.empty();
+  eo.stop = o.stop;
+  auto& sc = eo.scheduler;
+  sc.groups = o.pp;
+  sc.max_seqs_per_group = std::max<int>(1, static_cast<int>((config.get_int("run.max_seqs") + o.pp - 1) / o.pp));
+  sc.max_context = static_cast<int>(std::min<std::int64_t>(config.get_int("run.max_context"), cfg.max_position_embeddings));
+  sc.max_iteration_tokens = static_cast<int>(config.get_int("run.max_iteration_tokens"));
+  auto layers = pl.layers_per_stage();
+  LoadOptions lo;
+  lo.first_layer = 0;
+  for (int s = 0; s < stage; ++s) lo.first_layer += layers[static_cast<std::size_t>(s)];
+  lo.last_layer = lo.first_layer + layers[static_cast<std::size_t>(stage)];
+  lo.max_slots = o.pp * sc.max_seqs_per_group;
+  lo.max_seq_len = sc.max_context;
+  kernels::Context ctx(static_cast<int>(config.get_int("kernels.threads")));
+  LlamaModel model(*reader, cfg, *timed, ctx, lo);
+  auto stage_compute = make_llama_stage(model);
+  // KV budget in token positions: the tightest rank decides (every rank holds every
+  // running sequence's KV for its layers).
+  const double kv_per_token = 2.0 * (lo.last_layer - lo.first_layer) * model.layout().kv_heads * cfg.head_dim * 4.0;
+  double tokens = static_cast<double>(config.get_size("run.kv_budget")) / std::max(1.0, kv_per_token);
+  tokens = -world.max(-tokens, setup);
+  sc.kv_budget_tokens = std::min<std::int64_t>(static_cast<std::int64_t>(tokens),
+                                               static_cast<std::int64_t>(lo.max_slots) * sc.max_context);
+  std::string source;
+  auto requests = load_workload(world, o, static_cast<int>(cfg.vocab_size), setup, source);
+  eo.job = make_job_token(world, setup);
+  if (me == 0)
+    spdlog::info("trellis run: pp={} tp={} model {} ({} layers, hidden {}), {} requests, KV budget {} positions/rank",
+                 o.pp, o.tp, o.model_dir.empty() ? "preset " + o.preset : o.model_dir, cfg.num_layers, cfg.hidden_size,
+                 requests.size(), sc.kv_budget_tokens);
+  world.barrier(setup);
+  auto result = run_engine(me, grid, *links, *stage_compute, requests, eo, tracer);
+  // Gather the shares and the traces on rank 0.
+  auto post = Deadline::after(eo.deadline);
+  double wall = world.max(me == 0 ? result.wall_s : 0.0, post);
+  auto sh = rank_shares(tracer, wall);
+  PackedShares ps{sh.busy_s, sh.comm_s, sh.wait_s, sh.wall_s};
+  std::vector<std::byte> psb(sizeof ps);
+  std::memcpy(psb.data(), &ps, sizeof ps);
+  auto all_shares = world.allgather(psb, post);
+  std::vector<std::vector<std::byte>> all_events;
+  if (!o.trace.empty()) all_events = world.allgather(pack_events(tracer.events()), post);
+  GenerateReport rep;
+  rep.interrupted = world.any(result.interrupted, post);
+  if (me != 0) return rep;
+  auto& s = rep.summary;
+  s.layout = fmt::format("pp={} tp={} ({} ranks on {} host{})", o.pp, o.tp, world.size(), topo.hosts.size(),
+                         topo.hosts.size() == 1 ? "" : "s");
+  s.workload = source;
+  s.techniques = fmt::format("cpu-sampler {} · tsem {} · sat {}", o.cpu_sampler ? "on" : "off", o.tsem ? "on" : "off",
+                             o.sat ? "on" : "off");
+  s.wall_s = result.wall_s;
+  summarize_requests(s, requests, result.results, result.start_s);
+  s.notes = result.notes;
+  std::vector<RankLabel> labels;
+  for (int r = 0; r < world.size(); ++r) {
+    PackedShares p;
+    std::memcpy(&p, all_shares[static_cast<std::size_t>(r)].data(), sizeof p);
+    RankShares rs{r, grid.stage_of(r), grid.tp_of(r), topo.hosts[static_cast<std::size_t>(grid.host_of[static_cast<std::size_t>(r)])].name,
+                  p.busy, p.comm, p.wait, p.wall};
+    s.ranks.push_back(rs);
+    labels.push_back({r, rs.stage, rs.tp, rs.host});
+  }
+  if (!o.trace.empty()) {
+    std::vector<std::vector<TraceEvent>> evs;
+    for (auto& b : all_events) evs.push_back(unpack_events(b));
+    write_chrome_trace(o.trace, labels, evs);
+    s.trace_path = o.trace;
+  }
+  if (!o.out.empty()) write_outputs(o.out, requests, result.results);
+  (void)k;
+  return rep;
+}
+
+}  // namespace trellis::runtime

@@ -1,0 +1,104 @@
+#include "trellis/runtime/engine/llama_stage.hpp"
+
+namespace trellis::runtime {
+namespace {
+
+class LlamaStage final : public StageCompute {
+ public:
+  explicit LlamaStage(LlamaModel& m) : m_(m) {}
+  int hidden_size() const override { return static_cast<int>(m_.config().hidden_size); }
+  int vocab_size() const override { return static_cast<int>(m_.config().vocab_size); }
+  int vocab_begin() const override { return static_cast<int>(m_.layout().vocab_begin); }
+  int vocab_end() const override { return static_cast<int>(m_.layout().vocab_end); }
+
+  void forward(const StageInput& in, float* x, Tracer& trace) override {
+    fill_batch(in);
+    const auto H = m_.config().hidden_size;
+    auto xv = kernels::TensorView::matrix(x, kernels::DType::kF32, in.n_tokens(), H);
+    if (m_.has_embedding()) {
+      Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "embed", in.iteration);
+      m_.embed(batch_, xv);
+    }
+    for (int l = m_.first_layer(); l < m_.last_layer(); ++l) {
+      Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "block", in.iteration, l);
+      m_.standard_layer(l, batch_, xv);
+    }
+  }
+
+  void logits(const StageInput& in, const float* x, float* out) override {
+    fill_batch(in);
+    const auto H = m_.config().hidden_size;
+    auto xv = kernels::TensorView::matrix(x, kernels::DType::kF32, in.n_tokens(), H);
+    auto ov = kernels::TensorView::matrix(out, kernels::DType::kF32, in.n_seqs(), m_.layout().vocab_local());
+    m_.local_logits(batch_, xv, ov);
+  }
+
+ private:
+  // The model's batch description, rebuilt from the prepared input (small integer copies;
+  // the input itself is what token-safe execution double-buffers).
+  void fill_batch(const StageInput& in) {
+    if (filled_for_ == in.iteration && filled_for_ >= 0) return;
+    batch_.tokens.assign(in.tokens.begin(), in.tokens.end());
+    batch_.seqs.resize(in.slots.size());
+    for (std::size_t i = 0; i < in.slots.size(); ++i)
+      batch_.seqs[i] = SeqChunk{in.slots[i], in.starts[i], in.lengths[i]};
+    batch_.all_logits = false;
+    filled_for_ = in.iteration;
+  }
+
+  LlamaModel& m_;
+  Batch batch_;
+  std::int64_t filled_for_ = -1;
+};
+
+class TimedRequest final : public transport::Request {
+ public:
+  TimedRequest(transport::RequestPtr inner, Tracer& t) : inner_(std::move(inner)), t_(t) {}
+  bool test() override {
+    if (done_) return true;
+    auto start = now_ns();
+    done_ = inner_->test();
+    if (done_) t_.record(Lane::kForward, TraceCat::kAllReduce, "all-reduce", start, now_ns());
+    return done_;
+  }
+  std::size_t bytes() const override { return inner_->bytes(); }
+  std::string describe() const override { return inner_->describe(); }
+
+ private:
+  transport::RequestPtr inner_;
+  Tracer& t_;
+  bool done_ = false;
+};
+
+class TimedGroup final : public transport::Group {
+ public:
+  TimedGroup(transport::Group& g, Tracer& t) : g_(g), t_(t) {}
+  int rank() const override { return g_.rank(); }
+  int size() const override { return g_.size(); }
+  const std::vector<int>& members() const override { return g_.members(); }
+  std::string describe() const override { return g_.describe(); }
+  void all_reduce(void* data, std::size_t count, transport::DType dtype) override {
+    Tracer::Span span(t_, Lane::kForward, TraceCat::kAllReduce, "all-reduce");
+    g_.all_reduce(data, count, dtype);
+  }
+  transport::RequestPtr all_reduce_async(void* data, std::size_t count, transport::DType dtype) override {
+    return std::make_unique<TimedRequest>(g_.all_reduce_async(data, count, dtype), t_);
+  }
+  void broadcast(void* data, std::size_t bytes, int root) override { g_.broadcast(data, bytes, root); }
+  void all_gather(const void* in, void* out, std::size_t bytes) override { g_.all_gather(in, out, bytes); }
+  void barrier() override { g_.barrier(); }
+
+ private:
+  transport::Group& g_;
+  Tracer& t_;
+};
+
+}  // namespace
+
+std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model) { return std::make_unique<LlamaStage>(model); }
+
+std::unique_ptr<transport::Group> make_timed_group(transport::Group& inner, Tracer& trace) {
+  return std::make_unique<TimedGroup>(inner, trace);
+}
+
+}  // namespace trellis::runtime

@@ -1,0 +1,36 @@
+// `trellis run` below the launcher: topology -> placement -> links -> this rank's shard ->
+// generation -> summary, output file and trace. Collective over the world: every rank calls
+// generate() with the same options.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "trellis/core/config.hpp"
+#include "trellis/runtime/trace/metrics.hpp"
+#include "trellis/transport/bootstrap.hpp"
+
+namespace trellis::runtime {
+
+struct GenerateOptions {
+  std::string model_dir;         // checkpoint directory (config.json + safetensors)
+  std::string preset = "tiny";   // used when model_dir is empty: a synthetic model in memory
+  std::uint64_t seed = 1;        // synthetic weights' seed
+  int pp = 1, tp = 1;
+  std::string prompts;           // JSONL prompts file, or
+  std::string workload = "n=16,in=32,out=16";  // a synthetic workload spec
+  std::string out;               // write generated tokens/text here (JSONL), if set
+  std::string trace;             // write a Chrome/Perfetto trace here, if set
+  bool cpu_sampler = true, tsem = true, sat = true;
+  bool pin_cores = false;        // bind each rank to the cores the placement gave it
+  const std::atomic<bool>* stop = nullptr;  // SIGINT
+};
+
+struct GenerateReport {
+  RunSummary summary;      // filled on rank 0
+  bool interrupted = false;
+};
+
+GenerateReport generate(transport::Bootstrap& world, const Config& config, const GenerateOptions& options);
+
+}  // namespace trellis::runtime

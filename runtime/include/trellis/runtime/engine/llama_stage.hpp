@@ -1,0 +1,21 @@
+// The engine's view of the real model: a StageCompute over a LlamaModel shard (this rank's
+// layers and TP slice), and a Group decorator that records every all-reduce on the trace.
+#pragma once
+
+#include <memory>
+
+#include "trellis/runtime/engine/engine.hpp"
+#include "trellis/runtime/model/llama.hpp"
+#include "trellis/transport/group.hpp"
+
+namespace trellis::runtime {
+
+// Wraps `model` (which must outlive the result). forward() embeds on stage 0, then runs each
+// of the rank's layers as the standard block, recording one "block" span per layer.
+std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model);
+
+// A Group that forwards to `inner` and records an "all-reduce" span (lane forward) for each
+// synchronous all-reduce and for the wait of each asynchronous one. Both must outlive it.
+std::unique_ptr<transport::Group> make_timed_group(transport::Group& inner, Tracer& trace);
+
+}  // namespace trellis::runtime

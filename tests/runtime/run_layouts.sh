@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `trellis run` under mpirun at p x t in {1x1, 1x2, 2x1, 2x2, 4x1} (f32 weights): greedy and
+# seeded-sampling outputs must be token-identical to the single-rank run, with every
+# technique on and with all of them off; a bad request fails alone; a malformed prompts file
+# is rejected naming its line.
+#   run_layouts.sh TRELLIS MPIEXEC [MPI FLAGS...]
+set -u
+T=$1; shift
+MPI=("$@")
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+export TRELLIS_KERNEL_THREADS=1 TRELLIS_LOG_LEVEL=${TRELLIS_LOG_LEVEL:-warn}
+fail() { echo "FAIL: $*"; exit 1; }
+
+cat > "$W/prompts.jsonl" <<'P'
+{"id": "greedy-tokens", "tokens": [1, 5, 9, 200, 17], "sampling": {"greedy": true, "max_tokens": 12}}
+{"id": "greedy-text", "text": "The pipeline", "sampling": {"greedy": true, "max_tokens": 9}}
+{"id": "seeded", "tokens": [3, 3, 3, 4], "sampling": {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "seed": 11, "max_tokens": 10}}
+{"id": "penalties", "text": "abcabcabc", "sampling": {"temperature": 1.1, "min_p": 0.02, "seed": 5, "frequency_penalty": 0.5, "presence_penalty": 0.3, "repetition_penalty": 1.3, "max_tokens": 14}}
+{"id": "bad", "tokens": [1, 2], "sampling": {"top_p": 1.7}}
+{"id": "short", "tokens": [7], "sampling": {"max_tokens": 1, "seed": 2}}
+{"id": "stops", "tokens": [8, 9, 10], "sampling": {"greedy": true, "max_tokens": 30, "stop": [1, 2, 3]}}
+P
+for i in $(seq 1 9); do
+  echo "{\"tokens\": [$i, $((i * 7 % 250)), $((i * 13 % 250))], \"sampling\": {\"seed\": $i, \"temperature\": 0.9, \"max_tokens\": $((4 + i % 5))}}" >> "$W/prompts.jsonl"
+done
+
+run() {  # run NAME NP PP TP [extra flags]
+  local name=$1 np=$2 pp=$3 tp=$4; shift 4
+  timeout 120 "${MPI[@]}" -np "$np" "$T" run --pp "$pp" --tp "$tp" --prompts "$W/prompts.jsonl" --max-seqs 4 \
+    --out "$W/$name.jsonl" --json "$@" > "$W/$name.log" 2>&1 || { rc=$?; cat "$W/$name.log"; fail "$name exited $rc"; }
+}
+
+run ref 1 1 1
+grep -q '"status":"failed"' "$W/ref.jsonl" || fail "the bad request did not fail"
+grep '"id":"bad"' "$W/ref.jsonl" | grep -q 'top_p must be in (0, 1]' || fail "the bad request's reason is missing"
+[ "$(grep -c '"status":"ok"' "$W/ref.jsonl")" = 15 ] || fail "expected 15 finished requests: $(cat "$W/ref.jsonl")"
+for layout in "1 2" "2 1" "2 2" "4 1"; do
+  set -- $layout
+  run "l$1x$2" $(($1 * $2)) "$1" "$2"
+  cmp -s "$W/ref.jsonl" "$W/l$1x$2.jsonl" || { diff "$W/ref.jsonl" "$W/l$1x$2.jsonl"; fail "pp=$1 tp=$2 differs from 1x1"; }
+  echo "ok: pp=$1 tp=$2 token-identical to 1x1"
+done
+run naive 4 2 2 --no-cpu-sampler --no-tsem --no-sat
+cmp -s "$W/ref.jsonl" "$W/naive.jsonl" || fail "all techniques off changes the tokens"
+echo "ok: pp=2 tp=2 with all techniques off token-identical"
+
+printf '{"tokens": [1]}\n{"tokens": [1,\n' > "$W/broken.jsonl"
+out=$(timeout 60 "${MPI[@]}" -np 2 "$T" run --pp 2 --prompts "$W/broken.jsonl" 2>&1); rc=$?
+[ $rc != 0 ] || fail "a malformed prompts file was accepted"
+grep -q "broken.jsonl:2: not valid JSON" <<<"$out" || { echo "$out"; fail "the malformed line is not named"; }
+echo "ok: malformed prompts file rejected naming line 2"
+echo PASS
