@@ -132,6 +132,17 @@ TEST(Placement, DiscoveredRanksAreMappedByHost) {
   EXPECT_THROW(place(ModelShape{4, 4, 2}, t, 1, 2), Error);  // 2 != 4 discovered ranks
 }
 
+TEST(Placement, TpGroupThatCannotFitAHostIsReported) {
+  // 3 hosts x 2 GPUs at t=3: a TP group must cross the fabric, and the placement says so.
+  Topology t = parse_synthetic("hosts=3,gpus=2,gpu=A100-SXM,nics=1x200g-ib");
+  Placement pl = place(ModelShape{12, 12, 3}, t, 2, 3);
+  EXPECT_EQ(hosts_of_stage(pl, 0), (std::set<int>{0, 1}));
+  EXPECT_EQ(pl.tp_groups[0].link_class, LinkClass::kRdma);
+  bool noted = false;
+  for (const auto& n : pl.notes) noted = noted || n.find("TP group of stage 0 spans 2 hosts") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
 std::string placement_error(const ModelShape& m, const Topology& t, int p, int tp) {
   try {
     place(m, t, p, tp);
