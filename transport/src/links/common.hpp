@@ -99,7 +99,7 @@ struct UnexpectedMessage {
 class TagMatcher {
  public:
   // A new receive: served at once from an unexpected message of the same tag if one waits
-  // (throws kCorruptInput naming `peer` when it does not fit), else queued.
+  // (when it does not fit, op->error says so and the message is dropped), else queued.
   void post(const std::shared_ptr<RecvOp>& op, const OpInfo& info);
   // The posted receive that the next message with `tag` belongs to, or nullptr.
   std::shared_ptr<RecvOp> match(std::uint32_t tag);

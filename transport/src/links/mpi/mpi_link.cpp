@@ -141,10 +141,10 @@ class MpiTransport final : public Transport {
 std::unique_ptr<Transport> connect_mpi(Bootstrap& world, const std::vector<int>& peers, const Config& config) {
   if (!world.is_mpi())
     throw_error(ErrorCode::kUnsupported, "the mpi link needs a job started by mpirun (this world has no MPI)");
-  // MPI_Comm_dup is collective over the world: every rank reaches it, in the same order.
-  auto t = std::make_unique<MpiTransport>(peers);
+  // MPI_Comm_dup is collective over the world and cannot time out: a barrier with a
+  // deadline first, so a rank that never arrives is an error here, not a hang there.
   world.barrier(Deadline::after(LinkSettings::from(config).connect_timeout));
-  return t;
+  return std::make_unique<MpiTransport>(peers);
 }
 
 }  // namespace trellis::transport::links
