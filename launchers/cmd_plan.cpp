@@ -36,7 +36,7 @@ struct PlanOptions {
   std::string sim_model = "refined";
   std::string dtype = "auto";
   std::string validate;
-  int prompt_len = 1024, gen_len = 512, top = 10;
+  int prompt_len = 1024, gen_len = 512, top = 10, ranks_per_host = 0;
   bool json = false, no_sipipe = false, no_nvlink = false, no_replicas = false;
 };
 
@@ -116,7 +116,7 @@ sim::PlanRequest build_request(const PlanOptions& o, std::optional<sim::Calibrat
   topology::Topology topo = load_cluster(o, device);
   if (o.no_nvlink) topo = topology::without_nvlink(std::move(topo));
   if (!o.calibration.empty()) cal = sim::Calibration::load(o.calibration);
-  r.cluster = sim::make_cluster_view(topo, device, cal ? &*cal : nullptr);
+  r.cluster = sim::make_cluster_view(topo, device, cal ? &*cal : nullptr, o.ranks_per_host);
   const bool f32 = o.dtype == "f32" || (o.dtype == "auto" && r.cluster.device.kind == sim::DeviceKind::kCpu);
   if (o.dtype != "auto" && o.dtype != "f32" && o.dtype != "bf16")
     throw_error(ErrorCode::kInvalidArgument, "--dtype '{}': valid: auto, bf16, f32", o.dtype);
@@ -230,7 +230,9 @@ int run_plan(Session&, const PlanOptions& o) {
   if (!o.svg.empty()) {
     std::ofstream f(o.svg);
     if (!f) throw_error(ErrorCode::kIo, "--svg {}: cannot write", o.svg);
-    f << sim::pareto_svg(res, fmt::format("{} on {} ({})", r.model.name, r.cluster.description, o.sim_model));
+    f << sim::pareto_svg(res, fmt::format("{} on {} x {} {}: Pareto frontier per variant ({} model)", r.model.name,
+                                          r.cluster.hosts, r.cluster.devices_per_host, r.cluster.device.name,
+                                          o.sim_model));
   }
   if (o.json) {
     nlohmann::json j = {{"model", r.model.name}, {"cluster", r.cluster.description}, {"evaluated", res.evaluated},
@@ -257,6 +259,8 @@ Action define_plan(CLI::App& sub) {
                  "HOSTSxGPUSxGPU[-FABRIC] like 2x8xH100-NDR. Default: this machine");
   sub.add_option("--topo-file", o->topo_files, "hwloc XML file per host, or NxFILE; repeatable");
   sub.add_option("--gpu", o->gpu, "Device catalog entry to use instead of the topology's model (" + sim::device_names() + ")");
+  sub.add_option("--ranks-per-host", o->ranks_per_host, "CPU hosts: ranks per host (default: one per NUMA node)")
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--gpus", o->gpus, "Devices to use (default: all)")->check(CLI::NonNegativeNumber);
   sub.add_option("--slo-tpot-ms", o->slo_tpot_ms, "Largest acceptable time per output token");
   sub.add_option("--slo-ttft-ms", o->slo_ttft_ms, "Largest acceptable time to first token");

@@ -41,6 +41,17 @@ const std::vector<DeviceSpec>& devices() {
        "pcie4", "pcie4", us(4),
        "NVIDIA L40S datasheet: BF16 362.05 TFLOP/s dense, 733 sparse; FP32 91.6; 48 GB GDDR6 at 864 GB/s; "
        "no NVLink"},
+      // Older GPUs of the shared hwloc XML files (DGX-2, Lassen, POWER8, the K40m node).
+      // They have no bf16: the 16-bit fields hold their fp16 figures.
+      {"V100-SXM2", DeviceKind::kGpu, tflops(125), 0, tflops(15.7), 32 * kGB, gbyte_per_s(900), "nvlink2", "pcie3",
+       us(5), "NVIDIA V100 datasheet (SXM2): FP16 tensor 125 TFLOP/s (no sparsity support); FP32 15.7; HBM2 900 GB/s"},
+      {"V100-SXM3", DeviceKind::kGpu, tflops(125), 0, tflops(15.7), 32 * kGB, gbyte_per_s(900), "nvlink2", "pcie3",
+       us(5), "NVIDIA DGX-2 V100 SXM3 32GB: FP16 tensor 125 TFLOP/s; HBM2 900 GB/s; NVSwitch all-to-all"},
+      {"P100-SXM2", DeviceKind::kGpu, tflops(21.2), 0, tflops(10.6), 16 * kGB, gbyte_per_s(732), "nvlink1", "pcie3",
+       us(6), "NVIDIA Tesla P100 SXM2 datasheet: FP16 21.2 TFLOP/s (no tensor cores); FP32 10.6; HBM2 732 GB/s"},
+      {"K40m", DeviceKind::kGpu, tflops(4.29), 0, tflops(4.29), 12 * kGB, gbyte_per_s(288), "pcie3", "pcie3", us(8),
+       "NVIDIA Tesla K40 datasheet: FP32 4.29 TFLOP/s at boost, no fast 16-bit path (16-bit field = FP32); "
+       "GDDR5 288 GB/s; 12 GB"},
       // A CPU host runs the f32 CPU path of trellis. The numbers describe a typical 2-socket
       // server and are assumptions; calibrate with `trellis bench` for a real one.
       {"cpu", DeviceKind::kCpu, tflops(2.0), 0, tflops(2.0), 256 * kGiB, gbyte_per_s(200), "shm", "shm", us(1),
@@ -62,6 +73,12 @@ const std::vector<LinkSpec>& links() {
        "H100/H200 SXM: 18 NVLink4 links = 900 GB/s bidirectional per GPU through NVSwitch; alpha assumed"},
       {"nvlink5", LinkKind::kNvlink, gbyte_per_s(900), us(3),
        "B200: NVLink5 1.8 TB/s bidirectional per GPU; alpha assumed"},
+      {"nvlink1", LinkKind::kNvlink, gbyte_per_s(80), us(4),
+       "P100: 4 NVLink1 links x 20 GB/s per direction per GPU; alpha assumed"},
+      {"nvlink2", LinkKind::kNvlink, gbyte_per_s(150), us(4),
+       "V100: 6 NVLink2 links x 25 GB/s per direction per GPU (300 GB/s bidirectional); alpha assumed"},
+      {"pcie3", LinkKind::kPcie, gbyte_per_s(15.75), us(6),
+       "PCIe Gen3 x16: 8 GT/s x 16 lanes, 128b/130b ~ 15.75 GB/s per direction; alpha assumed"},
       {"pcie4", LinkKind::kPcie, gbyte_per_s(32), us(5),
        "PCIe Gen4 x16: 16 GT/s x 16 lanes, 128b/130b ~ 31.5 GB/s per direction; alpha assumed"},
       {"pcie5", LinkKind::kPcie, gbyte_per_s(63), us(5),
@@ -73,6 +90,7 @@ const std::vector<LinkSpec>& links() {
       {"roce-100", LinkKind::kRdma, gbit_per_s(100), us(8), "RoCE v2 100 GbE per port; alpha assumed"},
       {"roce-200", LinkKind::kRdma, gbit_per_s(200), us(8), "RoCE v2 200 GbE per port; alpha assumed"},
       {"roce-400", LinkKind::kRdma, gbit_per_s(400), us(8), "RoCE v2 400 GbE per port; alpha assumed"},
+      {"tcp-1g", LinkKind::kTcp, gbit_per_s(1), us(30), "TCP over 1 GbE; alpha assumed"},
       {"tcp-10g", LinkKind::kTcp, gbit_per_s(10), us(30),
        "TCP over 10 GbE; alpha assumed (kernel stack, two syscalls per message)"},
       {"tcp-25g", LinkKind::kTcp, gbit_per_s(25), us(30), "TCP over 25 GbE; alpha assumed"},

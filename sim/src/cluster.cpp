@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "catalog_lookup.hpp"
@@ -43,10 +44,14 @@ LinkCost make_cost(LinkKind k, double topo_bandwidth, const DeviceSpec& d, const
     c.max_calibrated_bytes = m->max_bytes;
     return c;
   }
-  const LinkSpec& spec = default_link(k, d);
-  c.name = spec.name;
-  c.alpha_s = spec.alpha_s;
-  c.bandwidth = topo_bandwidth > 0 ? topo_bandwidth : spec.bandwidth;
+  const LinkSpec* spec = &default_link(k, d);
+  if ((k == LinkKind::kRdma || k == LinkKind::kTcp) && topo_bandwidth > 0)
+    for (const auto& l : link_catalog())  // name the fabric after the port speed it has
+      if (l.kind == k && std::abs(l.bandwidth - topo_bandwidth) < std::abs(spec->bandwidth - topo_bandwidth))
+        spec = &l;
+  c.name = spec->name;
+  c.alpha_s = spec->alpha_s;
+  c.bandwidth = topo_bandwidth > 0 ? topo_bandwidth : spec->bandwidth;
   return c;
 }
 
@@ -70,12 +75,15 @@ const DeviceSpec* match_device_model(const std::string& model) {
   else if (has("l40s")) key = "L40S";
   else if (has("h100")) key = has("pcie") ? "H100-PCIe" : "H100-SXM";
   else if (has("a100")) key = has("pcie") ? "A100-PCIe" : "A100-SXM";
+  else if (has("v100")) key = has("sxm3") ? "V100-SXM3" : "V100-SXM2";
+  else if (has("p100")) key = "P100-SXM2";
+  else if (has("k40")) key = "K40m";
   else if (m == "cpu") key = "cpu";
   return key ? &find_device(key) : nullptr;
 }
 
 ClusterView make_cluster_view(const topology::Topology& topo, const std::string& device_override,
-                              const Calibration* cal) {
+                              const Calibration* cal, int cpu_ranks_per_host) {
   if (topo.hosts.empty()) throw_error(ErrorCode::kInvalidArgument, "the cluster has no hosts");
   const topology::Host& h0 = topo.hosts.front();
   ClusterView c;
@@ -92,9 +100,14 @@ ClusterView make_cluster_view(const topology::Topology& topo, const std::string&
   } else {
     c.device = find_device("cpu");
   }
-  const int n = gpus ? static_cast<int>(h0.devices.size()) : std::max<int>(1, static_cast<int>(h0.numa_nodes.size()));
+  const int numa = std::max<int>(1, static_cast<int>(h0.numa_nodes.size()));
+  const int n = gpus ? static_cast<int>(h0.devices.size()) : (cpu_ranks_per_host > 0 ? cpu_ranks_per_host : numa);
   c.devices_per_host = n;
-  if (!gpus) c.device = share_cpu(c.device, n, h0.numa_nodes.empty() ? 0 : h0.numa_nodes[0].memory_bytes);
+  if (!gpus) {
+    double host_memory = 0;
+    for (const auto& nn : h0.numa_nodes) host_memory += static_cast<double>(nn.memory_bytes);
+    c.device = share_cpu(c.device, n, host_memory / n);
+  }
   else if (h0.devices.front().memory_bytes > 0 && device_override.empty())
     c.device.memory_bytes = static_cast<double>(h0.devices.front().memory_bytes);
   // In-host matrix: GPU pairs from the host's links; CPU ranks talk over shared memory.

@@ -79,7 +79,10 @@ std::string pareto_svg(const PlanResult& result, const std::string& title) {
     std::string pts;
     for (const Candidate* c : series[i].second)
       pts += fmt::format("{:.1f},{:.1f} ", X(c->prediction.tpot_s * 1e3), Y(c->total_tokens_per_s));
-    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>\n", col, pts);
+    // parallel and desync2 block on the same all-reduces and coincide: dash the later one.
+    const bool dashed = series[i].first == Variant::kDesync2 || series[i].first == Variant::kNocomm;
+    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{} points=\"{}\"/>\n", col,
+                     dashed ? " stroke-dasharray=\"6,4\"" : "", pts);
     for (const Candidate* c : series[i].second)
       s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{} d={} p={} t={} m={} "
                        "batch {}: {:.0f} tok/s, TPOT {:.2f} ms</title></circle>\n",

@@ -65,6 +65,7 @@ std::vector<Measurement> parse_measurements(const std::string& text, const std::
     m.p = static_cast<int>(number(r, "pp", p, origin, true));
     m.t = static_cast<int>(number(r, "tp", p, origin, true));
     m.batch = static_cast<int>(number(r, "batch", p, origin, true));
+    m.ranks_per_host = static_cast<int>(number(r, "ranks_per_host", p, origin, false));
     m.microbatches = r.contains("microbatches") ? static_cast<int>(number(r, "microbatches", p, origin, true)) : 1;
     m.prompt_len = static_cast<int>(number(r, "prompt_len", p, origin, false));
     m.gen_len = static_cast<int>(number(r, "gen_len", p, origin, false));
@@ -103,7 +104,8 @@ ValidationReport validate(const PlanRequest& request, const std::vector<Measurem
   for (const auto& m : runs) {
     PlanRequest r = request;
     if (!m.cluster.empty())
-      r.cluster = make_cluster_view(topology::parse_synthetic(m.cluster), r.cluster.device.name, calibration);
+      r.cluster = make_cluster_view(topology::parse_synthetic(m.cluster), r.cluster.device.name, calibration,
+                                    m.ranks_per_host);
     if (m.prompt_len > 0) r.work.prompt_len = m.prompt_len;
     if (m.gen_len > 0) r.work.gen_len = m.gen_len;
     Layout l{m.p, m.t, m.microbatches, m.variant, r.lp_fraction};
@@ -113,8 +115,9 @@ ValidationReport validate(const PlanRequest& request, const std::vector<Measurem
     Candidate c = evaluate(r, 1, l, m.batch, layout_links(r.cluster, m.p, m.t));
     ValidationRow row{m, c.prediction, 0, 0};
     if (c.prediction.feasible) {
-      // Measured tokens/s are decode throughput of the batch; compare like with like.
-      row.tokens_error = (c.prediction.decode_tokens_per_s - m.tokens_per_s) / m.tokens_per_s;
+      // `trellis run` reports generated tokens over the wall time of the whole generation
+      // (prefill included), which is the planner's tokens_per_s.
+      row.tokens_error = (c.prediction.tokens_per_s - m.tokens_per_s) / m.tokens_per_s;
       row.tpot_error = (c.prediction.tpot_s - m.tpot_s) / m.tpot_s;
       errors.push_back(std::abs(row.tokens_error));
       errors.push_back(std::abs(row.tpot_error));
@@ -134,7 +137,7 @@ ValidationReport validate(const PlanRequest& request, const std::vector<Measurem
     std::size_t best_measured = idx[0], best_predicted = idx[0];
     for (std::size_t i : idx) {
       if (rep.rows[i].measured.tokens_per_s > rep.rows[best_measured].measured.tokens_per_s) best_measured = i;
-      if (rep.rows[i].predicted.decode_tokens_per_s > rep.rows[best_predicted].predicted.decode_tokens_per_s)
+      if (rep.rows[i].predicted.tokens_per_s > rep.rows[best_predicted].predicted.tokens_per_s)
         best_predicted = i;
     }
     ++rep.top_pick_groups;
@@ -155,7 +158,7 @@ std::string format_validation(const ValidationReport& rep) {
   for (const auto& r : rep.rows) {
     const auto& m = r.measured;
     s += fmt::format("{:>3} {:>3} {:<9} {:>5} {:>12.1f} {:>12.1f} {:>+6.0f}% {:>7.2f}ms {:>7.2f}ms {:>+6.0f}%  {}\n", m.p,
-                     m.t, to_string(m.variant), m.batch, m.tokens_per_s, r.predicted.decode_tokens_per_s,
+                     m.t, to_string(m.variant), m.batch, m.tokens_per_s, r.predicted.tokens_per_s,
                      100 * r.tokens_error, m.tpot_s * 1e3, r.predicted.tpot_s * 1e3, 100 * r.tpot_error,
                      m.cluster.empty() ? "-" : m.cluster);
   }

@@ -150,12 +150,13 @@ TEST(Cluster, LinksFollowThePlacementPolicy) {
 
 TEST(Cluster, UnknownGpuModelAsksForTheCatalogName) {
   try {
-    make_cluster_view(gpu_cluster(1, 2, "Tesla K40m"));
+    make_cluster_view(gpu_cluster(1, 2, "Tesla M2090"));
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--gpu"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(make_cluster_view(gpu_cluster(1, 2, "Tesla K40m"), "A100-SXM").device.name, "A100-SXM");
+  EXPECT_EQ(make_cluster_view(gpu_cluster(1, 2, "Tesla M2090"), "A100-SXM").device.name, "A100-SXM");
+  EXPECT_EQ(match_device_model("Tesla V100-SXM3-32GB-H")->name, "V100-SXM3");
   EXPECT_EQ(match_device_model("NVIDIA H100 80GB HBM3")->name, "H100-SXM");
   EXPECT_EQ(match_device_model("NVIDIA H100 PCIe")->name, "H100-PCIe");
 }

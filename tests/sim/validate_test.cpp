@@ -32,7 +32,7 @@ TEST(Validate, PerfectMeasurementsHaveZeroErrorAndTheRightPick) {
   for (auto& m : runs) {
     Candidate c = evaluate(r, 1, Layout{m.p, m.t, 1, m.variant, 0.8}, m.batch, layout_links(r.cluster, m.p, m.t));
     ASSERT_TRUE(c.prediction.feasible) << c.prediction.reason;
-    m.tokens_per_s = c.prediction.decode_tokens_per_s;
+    m.tokens_per_s = c.prediction.tokens_per_s;
     m.tpot_s = c.prediction.tpot_s;
   }
   ValidationReport rep = validate(r, runs);

@@ -41,8 +41,10 @@ struct ClusterView {
 // Builds the view. `device_override` (a catalog name) replaces the device model the
 // topology reports; without it an unknown model throws kNotFound listing the catalog.
 // `calibration` (may be null) replaces catalog alpha/bandwidth per link class.
+// `cpu_ranks_per_host` (CPU hosts only; 0 = one rank per NUMA node, as placement does)
+// splits each host's compute, bandwidth and memory among that many ranks.
 ClusterView make_cluster_view(const topology::Topology& topo, const std::string& device_override = {},
-                              const Calibration* calibration = nullptr);
+                              const Calibration* calibration = nullptr, int cpu_ranks_per_host = 0);
 
 // Links of one replica's p x t grid placed from rank `first_rank` on (replicas are packed
 // one after another). The worst TP group and each stage boundary's slowest pair.
