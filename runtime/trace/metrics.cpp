@@ -48,6 +48,8 @@ void summarize_requests(RunSummary& s, const std::vector<Request>& requests, con
     if (r.status == RequestStatus::kFailed) {
       ++s.failed;
       s.failures.push_back(fmt::format("request {}: {}", q.name, r.reason));
+      // Tokens of a request stopped part-way (Ctrl-C) were still generated work.
+      s.generated_tokens += static_cast<std::int64_t>(r.output.size());
       continue;
     }
     if (r.status != RequestStatus::kFinished) continue;
@@ -80,7 +82,9 @@ std::string to_text(const RunSummary& s) {
     o += fmt::format("{:>5} {:>6} {:>4}  {:>6.1f}% {:>6.1f}% {:>6.1f}%  {}\n", r.rank, r.stage, r.tp,
                      100 * r.busy_s / w, 100 * r.comm_s / w, 100 * r.wait_s / w, r.host);
   }
-  for (const auto& f : s.failures) o += fmt::format("failed: {}\n", f);
+  constexpr std::size_t kShown = 10;
+  for (std::size_t i = 0; i < s.failures.size() && i < kShown; ++i) o += fmt::format("failed: {}\n", s.failures[i]);
+  if (s.failures.size() > kShown) o += fmt::format("failed: ... and {} more (all in --json)\n", s.failures.size() - kShown);
   for (const auto& n : s.notes) o += fmt::format("note: {}\n", n);
   if (!s.trace_path.empty())
     o += fmt::format("trace: {} (open it at https://ui.perfetto.dev or chrome://tracing)\n", s.trace_path);

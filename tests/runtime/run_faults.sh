@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Faults of `trellis run` under mpirun (4 ranks, pp=2 x tp=2):
+#  1. kill -9 of rank 2 mid-run: the job exits non-zero within the deadline and the output
+#     names rank 2;
+#  2. SIGINT to mpirun (Ctrl-C): every rank stops cleanly (summary printed, "stopped
+#     cleanly", nobody killed), well before the run would have ended.
+#   run_faults.sh TRELLIS MPIEXEC [MPI FLAGS...]
+set -u
+T=$1; shift
+MPI=("$@")
+W=$(mktemp -d)
+PID=
+cleanup() { [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null; rm -rf "$W"; }
+trap cleanup EXIT
+export TRELLIS_KERNEL_THREADS=1 TRELLIS_LOG_LEVEL=info
+fail() { echo "FAIL: $*"; [ -f "$W/log" ] && tail -40 "$W/log"; exit 1; }
+LONG=(run --pp 2 --tp 2 --workload n=64,in=16,out=400 --max-context 512)
+
+# Waits until rank 0 says generation started (the log line printed just before it).
+wait_started() {
+  for _ in $(seq 1 600); do
+    grep -q "trellis run: pp=2" "$W/log" 2>/dev/null && { sleep 1; return 0; }
+    kill -0 "$PID" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# The pid of world rank $1 among mpirun's children (Open MPI puts the rank in the environment).
+rank_pid() {
+  for p in $(pgrep -P "$PID"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return; }
+  done
+}
+
+# 1. A rank dies.
+"${MPI[@]}" -np 4 "$T" --set comm.deadline_ms=5000 "${LONG[@]}" > "$W/log" 2>&1 &
+PID=$!
+wait_started || fail "the run did not start"
+victim=$(rank_pid 2)
+[ -n "$victim" ] || fail "cannot find rank 2's process"
+start=$(date +%s)
+kill -9 "$victim"
+for _ in $(seq 1 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$PID" 2>/dev/null && fail "the job still runs 30 s after rank 2 died"
+wait "$PID"; rc=$?; PID=
+took=$(( $(date +%s) - start ))
+[ "$rc" != 0 ] || fail "the job exited 0 after rank 2 died"
+grep -qiE "rank 2|process rank 2" "$W/log" || fail "nothing names rank 2"
+echo "ok: rank 2 killed -> job exited $rc after ${took}s naming rank 2"
+
+# 2. Ctrl-C.
+"${MPI[@]}" -np 4 "$T" "${LONG[@]}" > "$W/log" 2>&1 &
+PID=$!
+wait_started || fail "the run did not start"
+start=$(date +%s)
+kill -INT "$PID"
+for _ in $(seq 1 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$PID" 2>/dev/null && fail "the job still runs 30 s after SIGINT"
+wait "$PID"; rc=$?; PID=
+grep -q "every rank stopped cleanly" "$W/log" || fail "no clean stop after SIGINT (exit $rc)"
+grep -q "interrupted before it finished" "$W/log" || fail "the summary does not list the interrupted requests"
+grep -qiE "killed|critical" "$W/log" && fail "a rank was killed or failed after SIGINT"
+echo "ok: SIGINT -> every rank stopped cleanly in $(( $(date +%s) - start ))s (exit $rc)"
+echo PASS
