@@ -26,6 +26,10 @@ constexpr std::array kCommands = {
     CommandSpec{"bench ring",
                 "Pass messages around a ring of ranks over MPI and report latency and bandwidth",
                 &define_bench_ring},
+    CommandSpec{"bench comm",
+                "Point-to-point per link backend, all-reduce per algorithm and stage streaming, "
+                "beside ucx_perftest, MPI_Allreduce and gloo; writes the planner's calibration file",
+                &define_bench_comm},
     CommandSpec{"bench kernels",
                 "Time CPU kernels: prefill GEMM vs OpenBLAS sgemm, decode GEMV vs triad memory bandwidth",
                 &define_bench_kernels},

@@ -1,8 +1,10 @@
 // Reduction kernel, request sequences, options and host grouping shared by the algorithms.
 #include <algorithm>
 #include <map>
+#include <thread>
 
 #include "src/collectives/internal.hpp"
+#include "trellis/core/poll.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/transport/bootstrap.hpp"
 #include "trellis/transport/dtype.hpp"
@@ -91,9 +93,32 @@ void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::si
   }
 }
 
+void wait_stepped(Request& r, Deadline deadline) {
+  auto* stepped = dynamic_cast<SteppedRequest*>(&r);
+  if (stepped == nullptr) return r.wait(deadline);
+  const PollPolicy policy;
+  auto start = Clock::now();
+  std::uint64_t last = stepped->steps_done();
+  for (unsigned long spin = 0;; ++spin) {
+    if (r.test()) return;
+    if (auto now_steps = stepped->steps_done(); now_steps != last) {
+      last = now_steps;
+      spin = 0;
+    }
+    if ((spin & 63) == 0 && deadline.expired())
+      throw_error(ErrorCode::kTimeout, "{}: no answer after {:.1f} s", r.describe(),
+                  std::chrono::duration<double>(Clock::now() - start).count());
+    if (spin > policy.yields) {
+      std::this_thread::sleep_for(policy.sleep);
+    } else if (spin > policy.spins) {
+      std::this_thread::yield();
+    }
+  }
+}
+
 namespace {
 
-class SequenceRequest final : public Request {
+class SequenceRequest final : public SteppedRequest {
  public:
   SequenceRequest(std::vector<Phase> phases, std::function<void()> finish, std::string what, std::size_t bytes)
       : phases_(std::move(phases)), finish_(std::move(finish)), what_(std::move(what)), bytes_(bytes) {}
@@ -112,6 +137,10 @@ class SequenceRequest final : public Request {
       }
       current_ = phases_[next_++]();
     }
+  }
+  std::uint64_t steps_done() const override {
+    auto* s = dynamic_cast<const SteppedRequest*>(current_.get());
+    return next_ * 1000003 + (s ? s->steps_done() : 0);
   }
   std::size_t bytes() const override { return bytes_; }
   std::string describe() const override {

@@ -21,19 +21,31 @@ void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::si
 
 // A Group whose every operation also exists in a non-blocking form, so that composite
 // algorithms can chain them into one request.
+// A request that counts the steps it made, so that a waiter can tell a wait that is making
+// progress (a multi-piece all-reduce) from one that idles (a peer that does not come).
+class SteppedRequest : public Request {
+ public:
+  virtual std::uint64_t steps_done() const = 0;
+};
+
+// Waits for `r` like Request::wait, but restarts the spin-then-yield-then-sleep policy
+// whenever the request made a step: a long operation never falls into the sleeping phase
+// between its pieces, while an idle wait still leaves the cores to others.
+void wait_stepped(Request& r, Deadline deadline);
+
 class AsyncGroup : public Group {
  public:
   virtual RequestPtr broadcast_async(void* data, std::size_t bytes, int root) = 0;
   virtual RequestPtr all_gather_async(const void* in, void* out, std::size_t bytes) = 0;
 
   void broadcast(void* data, std::size_t bytes, int root) override {
-    broadcast_async(data, bytes, root)->wait(Deadline::after(deadline()));
+    wait_stepped(*broadcast_async(data, bytes, root), Deadline::after(deadline()));
   }
   void all_gather(const void* in, void* out, std::size_t bytes) override {
-    all_gather_async(in, out, bytes)->wait(Deadline::after(deadline()));
+    wait_stepped(*all_gather_async(in, out, bytes), Deadline::after(deadline()));
   }
   void all_reduce(void* data, std::size_t count, DType dtype) override {
-    all_reduce_async(data, count, dtype)->wait(Deadline::after(deadline()));
+    wait_stepped(*all_reduce_async(data, count, dtype), Deadline::after(deadline()));
   }
   virtual Millis deadline() const = 0;
 };

@@ -25,13 +25,14 @@ class RingGroup;
 
 // A sequence of steps; step i posts requests (start) and, once they all completed, runs
 // `apply`. Subclasses say how many steps there are and what each does.
-class StepOp : public Request {
+class StepOp : public detail::SteppedRequest {
  public:
   StepOp(RingGroup& g, std::string what);
   ~StepOp() override;
   bool test() override;
   std::size_t bytes() const override { return bytes_; }
   std::string describe() const override;
+  std::uint64_t steps_done() const override { return static_cast<std::uint64_t>(step_ + 1); }
 
  protected:
   virtual int steps() const = 0;
@@ -63,14 +64,9 @@ class RingGroup final : public detail::AsyncGroup {
   RequestPtr broadcast_async(void* data, std::size_t bytes, int root) override;
   RequestPtr all_gather_async(const void* in, void* out, std::size_t bytes) override;
   void barrier() override {
-    std::byte in{}, out[256];
-    std::vector<std::byte> big;
-    std::byte* o = out;
-    if (size() > 256) {
-      big.resize(static_cast<std::size_t>(size()));
-      o = big.data();
-    }
-    all_gather(&in, o, 1);
+    std::byte in{};
+    std::vector<std::byte> out(static_cast<std::size_t>(size()));
+    all_gather(&in, out.data(), 1);
   }
 
   Link& link_to(int group_rank) { return t_->link(members_[static_cast<std::size_t>(group_rank)]); }
@@ -79,7 +75,7 @@ class RingGroup final : public detail::AsyncGroup {
   std::string who() const { return "ring group of world ranks " + detail::list_ranks(members_); }
   // A group has one operation in flight: a new one first completes the previous one.
   void begin(Request* op) {
-    if (active_ != nullptr) active_->wait(Deadline::after(opts_.deadline));
+    if (active_ != nullptr) detail::wait_stepped(*active_, Deadline::after(opts_.deadline));
     active_ = op;
   }
   void end(Request* op) {

@@ -111,7 +111,7 @@ class ShmGroup final : public detail::AsyncGroup {
 };
 
 // One collective, as a state machine over pieces (see the file comment for the rule).
-class ShmOp final : public Request {
+class ShmOp final : public detail::SteppedRequest {
  public:
   ShmOp(ShmGroup& g, OpKind kind, void* data, const void* in, std::size_t total, DType dtype, int root)
       : g_(g), kind_(kind), data_(data), in_(in), total_(total), dtype_(dtype), root_(root) {
@@ -128,6 +128,7 @@ class ShmOp final : public Request {
     if (complete_) return true;
     try {
       while (step()) {
+        ++steps_;
         if (complete_) return true;
       }
       g_.check_peers();
@@ -141,6 +142,7 @@ class ShmOp final : public Request {
   }
   std::size_t bytes() const override { return total_ * esize_; }
   std::string describe() const override;
+  std::uint64_t steps_done() const override { return steps_; }
 
  private:
   std::size_t piece_len() const { return std::min(per_piece_, std::max<std::size_t>(total_, 1) - offset_); }
@@ -169,10 +171,11 @@ class ShmOp final : public Request {
   std::uint64_t seq_ = 0;
   Stage stage_ = Stage::kEnter;
   bool complete_ = false;
+  std::uint64_t steps_ = 0;
 };
 
 void ShmGroup::begin(ShmOp* op) {
-  if (active_ != nullptr) active_->wait(Deadline::after(opts_.deadline));
+  if (active_ != nullptr) detail::wait_stepped(*active_, Deadline::after(opts_.deadline));
   active_ = op;
 }
 
@@ -329,7 +332,7 @@ RequestPtr ShmGroup::all_gather_async(const void* in, void* out, std::size_t byt
 void ShmGroup::barrier() {
   if (size() == 1) return;
   ShmOp op(*this, OpKind::kBarrier, nullptr, nullptr, 0, DType::kF32, 0);
-  op.wait(Deadline::after(opts_.deadline));
+  detail::wait_stepped(op, Deadline::after(opts_.deadline));
 }
 
 std::atomic<std::uint64_t> g_segment_counter{0};
