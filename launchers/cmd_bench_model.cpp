@@ -25,7 +25,9 @@ namespace {
 struct BenchModelOptions {
   std::string preset = "llama-1b";
   std::string model;  // an existing checkpoint instead of the preset
-  std::string dtype = "bf16";
+  std::string dtype = "bf16";    // stored dtype of a generated checkpoint
+  std::string weights = "bf16";  // trellis's in-memory weight type
+  std::string torch_dtypes = "bf16,f32";
   std::string workdir = "/tmp/trellis-bench-model";
   int prompt = 16;
   int steps = 32;
@@ -54,10 +56,10 @@ std::string ensure_checkpoint(const BenchModelOptions& o) {
 }
 
 // Runs the PyTorch eager decode benchmark; returns its JSON, or null with a reason.
-nlohmann::json run_torch(const BenchModelOptions& o, const std::string& dir, int threads) {
+nlohmann::json run_torch(const BenchModelOptions& o, const std::string& dir, int threads, const std::string& dtype) {
   std::string script = std::string(TRELLIS_SOURCE_DIR) + "/scripts/reference/torch_reference.py";
   std::string cmd = fmt::format("{} {} bench --model '{}' --prompt {} --steps {} --threads {} --dtype {} 2>&1", o.python,
-                                script, dir, o.prompt, o.torch_steps, threads, o.dtype);
+                                script, dir, o.prompt, o.torch_steps, threads, dtype);
   spdlog::info("running: {}", cmd);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return {{"error", "cannot start " + o.python}};
@@ -86,7 +88,7 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   auto group = transport::make_single_group(0);
   runtime::LoadOptions lo;
   lo.max_seq_len = o.prompt + o.steps + 1;
-  lo.weight_dtype = o.dtype == "f32" ? runtime::ElemType::kF32 : runtime::ElemType::kBF16;
+  lo.weight_dtype = o.weights == "f32" ? runtime::ElemType::kF32 : runtime::ElemType::kBF16;
   double t0 = now_seconds();
   runtime::LlamaModel model(*reader, cfg, *group, ctx, lo);
   const double load_s = now_seconds() - t0;
@@ -110,9 +112,11 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   const double tok_s = 1.0 / median(step_s);
   const double bytes = static_cast<double>(model.decode_bytes_per_token());
   const double limit = triad.median_bytes_per_s / bytes;
-  nlohmann::json torch = o.torch ? run_torch(o, dir, ctx.threads()) : nlohmann::json{{"error", "skipped (--no-torch)"}};
+  nlohmann::json torch = nlohmann::json::array();
+  if (o.torch)
+    for (const auto& d : split(o.torch_dtypes, ',')) torch.push_back(run_torch(o, dir, ctx.threads(), d));
 
-  nlohmann::json j = {{"model", dir}, {"params_M", cfg.parameter_count() / 1e6}, {"weights", o.dtype},
+  nlohmann::json j = {{"model", dir}, {"params_M", cfg.parameter_count() / 1e6}, {"stored", o.dtype}, {"weights", o.weights},
                       {"threads", ctx.threads()}, {"triad_GBps_median", triad.median_bytes_per_s / 1e9},
                       {"triad_GBps_best", triad.best_bytes_per_s / 1e9}, {"decode_bytes_per_token", bytes},
                       {"limit_tokens_per_s", limit}, {"decode_tokens_per_s", tok_s},
@@ -123,17 +127,20 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
     return 0;
   }
   std::cout << fmt::format("model {} ({:.0f}M params, {} weights, {} threads), batch 1, {} decode steps after a {}-token prompt\n",
-                           dir, cfg.parameter_count() / 1e6, o.dtype, ctx.threads(), o.steps, o.prompt);
+                           dir, cfg.parameter_count() / 1e6, o.weights, ctx.threads(), o.steps, o.prompt);
   std::cout << fmt::format("  triad bandwidth (median of 10)   {:8.2f} GB/s\n", triad.median_bytes_per_s / 1e9);
   std::cout << fmt::format("  weight bytes per decode token    {:8.1f} MB\n", bytes / 1e6);
   std::cout << fmt::format("  bandwidth limit                  {:8.2f} tokens/s\n", limit);
   std::cout << fmt::format("  trellis decode (median step)     {:8.2f} tokens/s  = {:.0f}% of the limit\n", tok_s,
                            100 * tok_s / limit);
-  if (torch.contains("decode_tokens_per_s"))
-    std::cout << fmt::format("  PyTorch {} eager decode ({})  {:8.2f} tokens/s\n", torch.value("torch_version", "?"),
-                             torch.value("dtype", "?"), torch["decode_tokens_per_s"].get<double>());
-  else
-    std::cout << fmt::format("  PyTorch eager: {}\n", torch.value("error", "not run"));
+  for (const auto& t : torch) {
+    if (t.contains("decode_tokens_per_s"))
+      std::cout << fmt::format("  PyTorch eager, {:<4} weights        {:8.2f} tokens/s  (torch {})\n", t.value("dtype", "?"),
+                               t["decode_tokens_per_s"].get<double>(), t.value("torch_version", "?"));
+    else
+      std::cout << fmt::format("  PyTorch eager: {}\n", t.value("error", "not run"));
+  }
+  if (!o.torch) std::cout << "  PyTorch eager: skipped (--no-torch)\n";
   std::cout << fmt::format("  (prefill of {} tokens {:.3f} s, load {:.1f} s)\n", o.prompt, prefill_s, load_s);
   return 0;
 }
@@ -144,7 +151,11 @@ Action define_bench_model(CLI::App& sub) {
   auto o = std::make_shared<BenchModelOptions>();
   sub.add_option("--preset", o->preset, "Model preset to generate (see make-model --list)")->capture_default_str();
   sub.add_option("--model", o->model, "Use this checkpoint instead of a preset");
-  sub.add_option("--dtype", o->dtype, "Weights: bf16 or f32")->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  sub.add_option("--dtype", o->dtype, "Stored dtype of a generated checkpoint: bf16 or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  sub.add_option("--weights", o->weights, "trellis weights in memory: bf16 or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  sub.add_option("--torch-dtypes", o->torch_dtypes, "PyTorch runs, comma-separated: bf16, f32")->capture_default_str();
   sub.add_option("--workdir", o->workdir, "Where generated checkpoints are kept")->capture_default_str();
   sub.add_option("--prompt", o->prompt, "Prompt tokens before decoding")->check(CLI::PositiveNumber)->capture_default_str();
   sub.add_option("--steps", o->steps, "Timed decode steps")->check(CLI::PositiveNumber)->capture_default_str();
