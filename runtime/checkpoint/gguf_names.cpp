@@ -2,6 +2,9 @@
 // Hugging Face Llama conventions the model code is written against.
 #include <array>
 #include <charconv>
+#include <string>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -87,6 +90,18 @@ std::int64_t gguf_row_to_hf(std::int64_t gguf_row, std::int64_t rows, std::int64
   return h * d + (j % 2) * half + j / 2;
 }
 
+namespace {
+
+// GGUF stores these as f32; the shortest decimal that round-trips the f32 (1e-06, not
+// 9.99999997e-07) is what config.json held before conversion.
+double f32_decimal(const Value& v, std::string_view what) {
+  const double d = v.as_double(what);
+  if (v.type != ValueType::kF32) return d;
+  return std::stod(fmt::format("{}", static_cast<float>(d)));
+}
+
+}  // namespace
+
 std::string config_json_from_metadata(const GgufFile& f) {
   const Value* arch_v = f.find("general.architecture");
   const std::string arch = arch_v ? arch_v->as_string(f.name() + ": general.architecture") : "llama";
@@ -109,9 +124,9 @@ std::string config_json_from_metadata(const GgufFile& f) {
   if (const Value* v = opt(key("attention.key_length"))) head_dim = v->as_int(key("attention.key_length"));
   else if (const Value* r = opt(key("rope.dimension_count"))) head_dim = r->as_int(key("rope.dimension_count"));
   j["head_dim"] = head_dim;
-  j["rms_norm_eps"] = f.require(key("attention.layer_norm_rms_epsilon")).as_double(key("attention.layer_norm_rms_epsilon"));
+  j["rms_norm_eps"] = f32_decimal(f.require(key("attention.layer_norm_rms_epsilon")), key("attention.layer_norm_rms_epsilon"));
   const Value* theta = opt(key("rope.freq_base"));
-  j["rope_theta"] = theta ? theta->as_double(key("rope.freq_base")) : 10000.0;
+  j["rope_theta"] = theta ? f32_decimal(*theta, key("rope.freq_base")) : 10000.0;
   j["max_position_embeddings"] = get_int("context_length");
 
   std::int64_t vocab = 0;
@@ -127,12 +142,18 @@ std::string config_json_from_metadata(const GgufFile& f) {
     nlohmann::json rs;
     rs["rope_type"] = st->s;
     rs["type"] = st->s;
-    if (const Value* v = opt(key("rope.scaling.factor"))) rs["factor"] = v->as_double(key("rope.scaling.factor"));
+    if (const Value* v = opt(key("rope.scaling.factor"))) rs["factor"] = f32_decimal(*v, key("rope.scaling.factor"));
     if (const Value* v = opt(key("rope.scaling.original_context_length")))
       rs["original_max_position_embeddings"] = v->as_int(key("rope.scaling.original_context_length"));
     j["rope_scaling"] = rs;
   }
-  j["torch_dtype"] = "float32";
+  if (const Value* v = opt("trellis.rope_scaling")) {  // written by trellis: the exact HF object
+    try {
+      j["rope_scaling"] = nlohmann::json::parse(v->as_string("trellis.rope_scaling"));
+    } catch (const nlohmann::json::exception& e) {
+      throw_error(ErrorCode::kCorruptInput, "{}: trellis.rope_scaling is not JSON: {}", f.name(), e.what());
+    }
+  }
   return j.dump(2);
 }
 

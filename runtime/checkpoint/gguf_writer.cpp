@@ -148,27 +148,40 @@ void write_llama_gguf(const std::filesystem::path& path, const std::string& conf
   const std::int64_t kv_heads = c.value("num_key_value_heads", heads);
   const std::int64_t head_dim = c.value("head_dim", hidden / heads);
 
+  // Qwen2 has its own llama.cpp architecture (same keys, no rotary row permutation);
+  // Llama, Mistral and the rest are "llama".
+  const std::string arch = c.value("model_type", std::string("llama")) == "qwen2" ? "qwen2" : "llama";
+  const bool permute = arch == "llama";
+  auto key = [&](const char* k) { return arch + "." + k; };
   GgufWriter w;
-  w.set("general.architecture", Value::of_string("llama"));
+  w.set("general.architecture", Value::of_string(arch));
   w.set("general.name", Value::of_string(c.value("_name_or_path", std::string("trellis synthetic"))));
-  w.set("llama.block_count", Value::of_u32(static_cast<std::uint32_t>(num("num_hidden_layers"))));
-  w.set("llama.context_length", Value::of_u32(static_cast<std::uint32_t>(c.value("max_position_embeddings", 2048))));
-  w.set("llama.embedding_length", Value::of_u32(static_cast<std::uint32_t>(hidden)));
-  w.set("llama.feed_forward_length", Value::of_u32(static_cast<std::uint32_t>(num("intermediate_size"))));
-  w.set("llama.attention.head_count", Value::of_u32(static_cast<std::uint32_t>(heads)));
-  w.set("llama.attention.head_count_kv", Value::of_u32(static_cast<std::uint32_t>(kv_heads)));
-  w.set("llama.rope.freq_base", Value::of_f32(c.value("rope_theta", 10000.0f)));
-  w.set("llama.attention.layer_norm_rms_epsilon", Value::of_f32(c.value("rms_norm_eps", 1e-5f)));
-  w.set("llama.rope.dimension_count", Value::of_u32(static_cast<std::uint32_t>(head_dim)));
-  w.set("llama.vocab_size", Value::of_u32(static_cast<std::uint32_t>(num("vocab_size"))));
+  w.set(key("block_count"), Value::of_u32(static_cast<std::uint32_t>(num("num_hidden_layers"))));
+  w.set(key("context_length"), Value::of_u32(static_cast<std::uint32_t>(c.value("max_position_embeddings", 2048))));
+  w.set(key("embedding_length"), Value::of_u32(static_cast<std::uint32_t>(hidden)));
+  w.set(key("feed_forward_length"), Value::of_u32(static_cast<std::uint32_t>(num("intermediate_size"))));
+  w.set(key("attention.head_count"), Value::of_u32(static_cast<std::uint32_t>(heads)));
+  w.set(key("attention.head_count_kv"), Value::of_u32(static_cast<std::uint32_t>(kv_heads)));
+  w.set(key("rope.freq_base"), Value::of_f32(c.value("rope_theta", 10000.0f)));
+  w.set(key("attention.layer_norm_rms_epsilon"), Value::of_f32(c.value("rms_norm_eps", 1e-5f)));
+  w.set(key("rope.dimension_count"), Value::of_u32(static_cast<std::uint32_t>(head_dim)));
+  w.set(key("attention.key_length"), Value::of_u32(static_cast<std::uint32_t>(head_dim)));
+  w.set(key("attention.value_length"), Value::of_u32(static_cast<std::uint32_t>(head_dim)));
+  w.set(key("vocab_size"), Value::of_u32(static_cast<std::uint32_t>(num("vocab_size"))));
   if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) {
     const auto& rs = c["rope_scaling"];
-    std::string type = rs.value("rope_type", rs.value("type", std::string("none")));
-    w.set("llama.rope.scaling.type", Value::of_string(type));
-    if (rs.contains("factor")) w.set("llama.rope.scaling.factor", Value::of_f32(rs["factor"].get<float>()));
-    if (rs.contains("original_max_position_embeddings"))
-      w.set("llama.rope.scaling.original_context_length",
-            Value::of_u32(rs["original_max_position_embeddings"].get<std::uint32_t>()));
+    const std::string type = rs.value("rope_type", rs.value("type", std::string("none")));
+    // llama.cpp's keys describe linear and yarn scaling only (it takes Llama 3's as a
+    // rope_freqs tensor); the full Hugging Face object travels in a trellis key so that
+    // trellis reads back exactly what it wrote.
+    w.set("trellis.rope_scaling", Value::of_string(rs.dump()));
+    if (type == "linear" || type == "yarn") {
+      w.set(key("rope.scaling.type"), Value::of_string(type));
+      if (rs.contains("factor")) w.set(key("rope.scaling.factor"), Value::of_f32(rs["factor"].get<float>()));
+      if (rs.contains("original_max_position_embeddings"))
+        w.set(key("rope.scaling.original_context_length"),
+              Value::of_u32(rs["original_max_position_embeddings"].get<std::uint32_t>()));
+    }
   }
   for (const auto& [k, v] : extra) w.set(k, v);
 
@@ -176,8 +189,8 @@ void write_llama_gguf(const std::filesystem::path& path, const std::string& conf
   for (const TensorInfo& t : tensors) {
     std::string name = gguf_name_from_hf(t.name).value_or(t.name);
     std::int64_t rope_heads = 0;
-    if (t.name.ends_with("self_attn.q_proj.weight")) rope_heads = heads;
-    if (t.name.ends_with("self_attn.k_proj.weight")) rope_heads = kv_heads;
+    if (permute && t.name.ends_with("self_attn.q_proj.weight")) rope_heads = heads;
+    if (permute && t.name.ends_with("self_attn.k_proj.weight")) rope_heads = kv_heads;
     const GgmlType type = t.shape.size() >= 2 && t.cols() % type_traits(weight_type).block_elems == 0
                               ? weight_type : GgmlType::kF32;
     w.add_tensor(name, type, std::vector<std::int64_t>(t.shape.rbegin(), t.shape.rend()));

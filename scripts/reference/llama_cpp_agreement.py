@@ -117,6 +117,38 @@ def run_greedy(llm, a, tmp):
             "fraction": frac, "target_met": frac >= 0.9, "rows": rows}
 
 
+def llama_batched_tps(a, n_seq, steps):
+    """Decode tokens/s of llama.cpp with n_seq sequences decoded together (one llama_decode
+    per step with n_seq tokens), through the low-level llama_batch API."""
+    import ctypes
+    import numpy as np
+    import llama_cpp as L
+    per_seq = 16 + steps + 8
+    llm = L.Llama(model_path=a.gguf, n_ctx=n_seq * per_seq, n_batch=max(512, n_seq * 16), n_seq_max=n_seq,
+                  n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
+    ctx, n_vocab = llm._ctx.ctx, llm.n_vocab()
+    batch = L.llama_batch_init(n_seq * 16, 0, 1)
+    try:
+        def fill(entries):
+            batch.n_tokens = len(entries)
+            for i, (tok, pos, seq, want) in enumerate(entries):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos, 1
+                batch.seq_id[i][0], batch.logits[i] = seq, want
+            if L.llama_decode(ctx, batch) != 0:
+                raise RuntimeError("llama_decode failed")
+        fill([(100 + 7 * s + k, k, s, k == 15) for s in range(n_seq) for k in range(16)])
+        toks, pos = [200] * n_seq, [16] * n_seq
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fill([(toks[s], pos[s], s, True) for s in range(n_seq)])
+            for s in range(n_seq):
+                row = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, s), shape=(n_vocab,))
+                toks[s], pos[s] = int(row.argmax()), pos[s] + 1
+        return n_seq * steps / (time.perf_counter() - t0)
+    finally:
+        L.llama_batch_free(batch)
+
+
 def run_bench(llm, a):
     import numpy as np
     steps = a.bench_steps
@@ -130,10 +162,16 @@ def run_bench(llm, a):
     llama_tps = steps / (time.perf_counter() - t0)
     res = {"threads": a.threads, "steps": steps,
            "llama.cpp": {"batch": 1, "tokens_per_s": llama_tps}}
+    for n_seq in (1, 16):
+        try:
+            res[f"llama.cpp_batched{n_seq}"] = {"batch": n_seq, "tokens_per_s": llama_batched_tps(a, n_seq, steps)}
+        except Exception as e:  # the low-level API moves between versions: say so, do not guess
+            res[f"llama.cpp_batched{n_seq}"] = {"batch": n_seq, "error": repr(e)}
     for batch in (1, 16):
-        out = subprocess.run([a.tool, "bench", a.gguf, str(a.threads), str(batch), str(steps)],
-                             check=True, capture_output=True, text=True).stdout
-        res[f"trellis_batch{batch}"] = json.loads(out)
+        for dtype in ("f32", "bf16"):
+            out = subprocess.run([a.tool, "bench", a.gguf, str(a.threads), str(batch), str(steps), dtype],
+                                 check=True, capture_output=True, text=True).stdout
+            res[f"trellis_{dtype}_batch{batch}"] = json.loads(out)
     return res
 
 
@@ -147,6 +185,8 @@ def main():
     ap.add_argument("--gen", type=int, default=24)
     ap.add_argument("--bench-steps", type=int, default=64)
     ap.add_argument("--text", default="/usr/share/common-licenses/Apache-2.0")
+    ap.add_argument("--kv-f32", action="store_true",
+                    help="llama.cpp KV cache in f32 (default f16), to compare arithmetic only")
     ap.add_argument("--json")
     a = ap.parse_args()
     if not a.gguf:
@@ -157,8 +197,10 @@ def main():
         return SKIP
     import llama_cpp
     llm = llama_cpp.Llama(model_path=a.gguf, n_ctx=max(a.ctx, 1024), n_batch=512, logits_all=True,
-                          n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
-    report, ok = {"gguf": a.gguf, "llama_cpp_python": llama_cpp.__version__}, True
+                          n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
+                          **({"type_k": 0, "type_v": 0} if a.kv_f32 else {}))
+    report, ok = {"gguf": a.gguf, "llama_cpp_python": llama_cpp.__version__, "threads": a.threads,
+                  "llama_kv_cache": "f32" if a.kv_f32 else "f16 (default)"}, True
     with tempfile.TemporaryDirectory() as tmp:
         what = a.what.split(",")
         if "logits" in what:

@@ -2,7 +2,7 @@
 // llama.cpp comparisons in scripts/reference/llama_cpp_agreement.py.
 //   gguf_forward_tool logits   GGUF THREADS TOKENS.json OUT.f32   all-position logits [T, vocab]
 //   gguf_forward_tool generate GGUF THREADS PROMPTS.json N        greedy N tokens per prompt (JSON)
-//   gguf_forward_tool bench    GGUF THREADS BATCH STEPS           decode tokens/s at BATCH sequences
+//   gguf_forward_tool bench    GGUF THREADS BATCH STEPS [f32|bf16] decode tokens/s at BATCH sequences
 // TOKENS/PROMPTS are token ids (JSON list / list of lists), so both engines see the same ids.
 #include <algorithm>
 #include <chrono>
@@ -32,14 +32,15 @@ struct Loaded {
   std::unique_ptr<LlamaModel> model;
 };
 
-Loaded load(const std::string& path, int threads, int slots, std::int64_t max_seq) {
+Loaded load(const std::string& path, int threads, int slots, std::int64_t max_seq,
+            ElemType wtype = ElemType::kF32) {
   Loaded l;
   l.reader = open_gguf(path);
   l.cfg = parse_model_config(l.reader->config_json().value(), path);
   l.group = transport::make_single_group(0);
   l.ctx = std::make_unique<kernels::Context>(threads);
   LoadOptions opt;
-  opt.weight_dtype = ElemType::kF32;
+  opt.weight_dtype = wtype;
   opt.max_slots = slots;
   opt.max_seq_len = max_seq;
   l.model = std::make_unique<LlamaModel>(*l.reader, l.cfg, *l.group, *l.ctx, opt);
@@ -89,9 +90,9 @@ int cmd_generate(const std::string& gguf, int threads, const std::string& prompt
   return 0;
 }
 
-int cmd_bench(const std::string& gguf, int threads, int batch, int steps) {
+int cmd_bench(const std::string& gguf, int threads, int batch, int steps, const std::string& dtype) {
   const std::int64_t prompt = 16;
-  Loaded l = load(gguf, threads, batch, prompt + steps + 8);
+  Loaded l = load(gguf, threads, batch, prompt + steps + 8, dtype == "bf16" ? ElemType::kBF16 : ElemType::kF32);
   for (int s = 0; s < batch; ++s) {
     Batch b;
     for (std::int64_t k = 0; k < prompt; ++k) b.tokens.push_back(static_cast<std::int32_t>(100 + 7 * s + k));
@@ -110,9 +111,9 @@ int cmd_bench(const std::string& gguf, int threads, int batch, int steps) {
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("{\"engine\": \"trellis\", \"threads\": %d, \"batch\": %d, \"steps\": %d, \"seconds\": %.4f, "
-              "\"tokens_per_s\": %.2f}\n",
-              threads, batch, steps, secs, batch * steps / secs);
+  std::printf("{\"engine\": \"trellis\", \"weights\": \"%s\", \"threads\": %d, \"batch\": %d, \"steps\": %d, "
+              "\"seconds\": %.4f, \"tokens_per_s\": %.2f}\n",
+              dtype.c_str(), threads, batch, steps, secs, batch * steps / secs);
   return 0;
 }
 
@@ -123,7 +124,8 @@ int main(int argc, char** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "logits" && argc == 6) return cmd_logits(argv[2], std::atoi(argv[3]), argv[4], argv[5]);
     if (cmd == "generate" && argc == 6) return cmd_generate(argv[2], std::atoi(argv[3]), argv[4], std::atoi(argv[5]));
-    if (cmd == "bench" && argc == 6) return cmd_bench(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]));
+    if (cmd == "bench" && (argc == 6 || argc == 7))
+      return cmd_bench(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), argc == 7 ? argv[6] : "f32");
     std::cerr << "usage: gguf_forward_tool logits|generate|bench GGUF THREADS ... (see the source header)\n";
     return 2;
   } catch (const std::exception& e) {

@@ -48,7 +48,9 @@ class GgufWriter {
 
 // Writes a Llama checkpoint given in Hugging Face names and shapes (see reader.hpp) as GGUF.
 //  * config_json: the Hugging Face config.json text (hidden_size, num_attention_heads, ...),
-//    mapped to llama.* keys;
+//    mapped to llama.* keys (qwen2.* and no Q/K row reordering for model_type qwen2; the
+//    full rope_scaling object is kept in trellis.rope_scaling, since llama.cpp's keys cover
+//    only linear and yarn);
 //  * tensors: names and HF shapes ([out, in]); fill(info, dst) writes the HF-layout values
 //    (rows x cols floats) of one tensor;
 //  * weight_type: the type of 2-D weights (F32, F16, BF16, Q8_0, Q4_0 or Q4_1); 1-D tensors
