@@ -222,6 +222,28 @@ TEST_P(LinkConformance, MessageLargerThanTheBufferIsAnErrorNotACrash) {
   }
 }
 
+TEST_P(LinkConformance, RegisteredBuffersAreReused) {
+  constexpr std::size_t kBytes = 256 << 10;
+  std::vector<std::byte> out(kBytes), in(kBytes);
+  auto reg_out = transport_->register_buffer(out);
+  auto reg_in = transport_->register_buffer(in);
+  EXPECT_EQ(reg_in->data().data(), in.data());
+  EXPECT_EQ(reg_in->data().size(), kBytes);
+  for (std::uint32_t it = 0; it < 4; ++it) {
+    // Whole buffers and slices inside them, both through the registration.
+    std::size_t n = it % 2 ? kBytes : 1000 + it;
+    auto payload = make_payload(n, rank(), next(), it);
+    std::copy(payload.begin(), payload.end(), out.begin());
+    auto r = transport_->link(prev()).irecv(std::span(in).first(n), 20);
+    auto s = transport_->link(next()).isend(std::span<const std::byte>(out).first(n), 20);
+    s->wait(soon());
+    r->wait(soon());
+    ASSERT_EQ(r->bytes(), n);
+    ASSERT_EQ(first_mismatch(in, n, prev(), rank(), it), -1) << "iteration " << it;
+    world().barrier(soon());  // nobody overwrites `out` while a peer may still read it
+  }
+}
+
 TEST_P(LinkConformance, TooLargeMessageThatArrivedFirstFailsTheReceive) {
   std::vector<std::byte> out(4096, std::byte{2}), in(1024);
   auto s = transport_->link(next()).isend(out, 12);

@@ -35,6 +35,21 @@ std::unique_ptr<Transport> connect_nccl(Bootstrap&, const std::vector<int>&, con
 #endif
 }  // namespace links
 
+namespace {
+class PlainRegistration final : public Registration {
+ public:
+  explicit PlainRegistration(std::span<std::byte> data) : data_(data) {}
+  std::span<std::byte> data() const override { return data_; }
+
+ private:
+  std::span<std::byte> data_;
+};
+}  // namespace
+
+std::unique_ptr<Registration> Transport::register_buffer(std::span<std::byte> data) {
+  return std::make_unique<PlainRegistration>(data);
+}
+
 std::unique_ptr<Transport> connect(Backend backend, Bootstrap& world, const std::vector<int>& peers,
                                    const Config& config) {
   links::check_peers(world, peers, backend);

@@ -53,9 +53,24 @@ class Link {
   virtual RequestPtr irecv(std::span<std::byte> data, std::uint32_t tag) = 0;
 };
 
+// A buffer registered once with a transport and reused by many operations (preallocated
+// stage-streaming and collective buffers). Operations whose span lies inside a registered
+// buffer use the registration: UCX maps the memory once (ucp_mem_map) and hands the handle
+// to every operation, so protocols that need registered memory (RDMA, cma) skip
+// per-operation registration. Backends that need none (shm, tcp, mpi, nccl) keep only the
+// span. Unregistered when destroyed; it must outlive the operations on it, and the
+// Transport must outlive it.
+class Registration {
+ public:
+  virtual ~Registration() = default;
+  virtual std::span<std::byte> data() const = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
+  // Registers `data` (see Registration). The default keeps the span only.
+  virtual std::unique_ptr<Registration> register_buffer(std::span<std::byte> data);
   virtual Backend backend() const = 0;
   virtual Capabilities capabilities() const = 0;
   // The link to `peer` (a world rank among those connected); throws kInvalidArgument

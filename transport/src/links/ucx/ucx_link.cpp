@@ -128,9 +128,40 @@ class UcxRequest final : public LinkRequest {
   unsigned polls_ = 0;
 };
 
+// Buffers registered with ucp_mem_map, by start address. An operation inside one passes
+// its handle (UCP_OP_ATTR_FIELD_MEMH); the lookup is one map search, skipped while empty.
+class MemoryRegistry {
+ public:
+  void add(const std::byte* begin, std::size_t size, ucp_mem_h memh) { regions_[begin] = {size, memh}; }
+  void remove(const std::byte* begin) { regions_.erase(begin); }
+  ucp_mem_h find(const void* p, std::size_t n) const {
+    if (regions_.empty() || !p) return nullptr;
+    auto* b = static_cast<const std::byte*>(p);
+    auto it = regions_.upper_bound(b);
+    if (it == regions_.begin()) return nullptr;
+    --it;
+    return b + n <= it->first + it->second.size ? it->second.memh : nullptr;
+  }
+
+ private:
+  struct Region {
+    std::size_t size;
+    ucp_mem_h memh;
+  };
+  std::map<const std::byte*, Region> regions_;
+};
+
+void set_memh(ucp_request_param_t& p, const MemoryRegistry& reg, const void* data, std::size_t n) {
+  if (ucp_mem_h m = reg.find(data, n)) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = m;
+  }
+}
+
 class UcxLink final : public Link {
  public:
-  UcxLink(ucp_worker_h worker, int my_rank, PeerState& peer) : worker_(worker), my_rank_(my_rank), state_(peer) {}
+  UcxLink(ucp_worker_h worker, int my_rank, PeerState& peer, const MemoryRegistry& reg)
+      : worker_(worker), my_rank_(my_rank), state_(peer), registry_(reg) {}
   int peer() const override { return state_.peer; }
   Backend backend() const override { return Backend::kUcx; }
 
@@ -141,6 +172,7 @@ class UcxLink final : public Link {
     ucp_request_param_t p;
     p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     p.memory_type = UCS_MEMORY_TYPE_HOST;
+    set_memh(p, registry_, data.data(), data.size());
     ucs_status_ptr_t sp = ucp_tag_send_nbx(state_.ep, data.data(), data.size(), make_tag(my_rank_, tag), &p);
     if (UCS_PTR_IS_ERR(sp)) r->fail(UCS_PTR_STATUS(sp));
     if (!sp) return make_completed_request(data.size(), describe_op(info));  // sent in place
@@ -158,6 +190,7 @@ class UcxLink final : public Link {
     p.memory_type = UCS_MEMORY_TYPE_HOST;
     p.cb.recv = on_recv_complete;
     p.user_data = r->completion();
+    set_memh(p, registry_, data.data(), data.size());
     ucs_status_ptr_t sp =
         ucp_tag_recv_nbx(worker_, data.data(), data.size(), make_tag(state_.peer, tag), kFullMask, &p);
     if (UCS_PTR_IS_ERR(sp)) r->fail(UCS_PTR_STATUS(sp));
@@ -169,6 +202,26 @@ class UcxLink final : public Link {
   ucp_worker_h worker_;
   int my_rank_;
   PeerState& state_;
+  const MemoryRegistry& registry_;
+};
+
+class UcxRegistration final : public Registration {
+ public:
+  UcxRegistration(ucp_context_h ctx, MemoryRegistry& reg, std::span<std::byte> data, ucp_mem_h memh)
+      : ctx_(ctx), reg_(reg), data_(data), memh_(memh) {
+    reg_.add(data.data(), data.size(), memh);
+  }
+  ~UcxRegistration() override {
+    reg_.remove(data_.data());
+    ucp_mem_unmap(ctx_, memh_);
+  }
+  std::span<std::byte> data() const override { return data_; }
+
+ private:
+  ucp_context_h ctx_;
+  MemoryRegistry& reg_;
+  std::span<std::byte> data_;
+  ucp_mem_h memh_;
 };
 
 void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -229,7 +282,7 @@ class UcxTransport final : public Transport {
     ucs_status_t st = ucp_ep_create(worker_, &ep, &state->ep);
     if (st != UCS_OK)
       throw_error(ErrorCode::kLinkFailed, "UCX endpoint to rank {} failed: {}", peer, ucs_status_string(st));
-    links_.emplace(peer, std::make_unique<UcxLink>(worker_, my_rank, *state));
+    links_.emplace(peer, std::make_unique<UcxLink>(worker_, my_rank, *state, registry_));
     peers_.emplace(peer, std::move(state));
   }
 
@@ -251,6 +304,19 @@ class UcxTransport final : public Transport {
     return *it->second;
   }
   void progress() override { ucp_worker_progress(worker_); }
+  std::unique_ptr<Registration> register_buffer(std::span<std::byte> data) override {
+    if (data.empty()) return Transport::register_buffer(data);
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = data.data();
+    mp.length = data.size();
+    ucp_mem_h memh = nullptr;
+    ucs_status_t st = ucp_mem_map(context_, &mp, &memh);
+    if (st != UCS_OK)
+      throw_error(ErrorCode::kResourceExhausted, "ucx: registering {} bytes failed: {}", data.size(),
+                  ucs_status_string(st));
+    return std::make_unique<UcxRegistration>(context_, registry_, data, memh);
+  }
   std::string describe() const override {
     return fmt::format("ucx ({} peers; UCX picks shm in a host, rdma or tcp across)", links_.size());
   }
@@ -275,6 +341,7 @@ class UcxTransport final : public Transport {
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  MemoryRegistry registry_;
   std::map<int, std::unique_ptr<PeerState>> peers_;
   std::map<int, std::unique_ptr<UcxLink>> links_;
 };
