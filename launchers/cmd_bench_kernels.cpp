@@ -1,8 +1,8 @@
 // `trellis bench kernels`: the kernels against their peers, measured in the same run.
-//  * Prefill GEMM: y = x w^T on the linear-layer shapes of a ~1B Llama (the runtime's
-//    "llama-1b" preset: hidden 2048, intermediate 8192, 32 heads / 8 KV heads of 64, vocab
-//    32000), ours with f32 and bf16 weights vs OpenBLAS cblas_sgemm with f32 weights, each
-//    rep of each implementation interleaved so they share the machine's noise.
+//  * Prefill GEMM: y = x w^T on the linear-layer shapes of a model preset from the runtime's
+//    table (default "llama-1b": hidden 2048, intermediate 8192, 32 heads / 8 KV heads of 64,
+//    vocab 32000), ours with f32 and bf16 weights vs OpenBLAS cblas_sgemm with f32 weights,
+//    each rep of each implementation interleaved so they share the machine's noise.
 //  * Decode GEMV: weight bytes streamed per second at batch 1 (and --batch), against the
 //    STREAM triad bandwidth measured at the start of the same run. Weights rotate through
 //    enough copies to exceed the last-level cache, as a model's layers do.
@@ -16,6 +16,7 @@
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/kernels/kernels.hpp"
+#include "trellis/runtime/model/synthetic.hpp"
 
 namespace trellis::launchers {
 namespace {
@@ -23,6 +24,8 @@ namespace {
 namespace k = trellis::kernels;
 
 struct KernelBenchOptions {
+  std::string preset = "llama-1b";
+  std::string shapes = "all";
   std::string tokens = "128,512";
   int batch = 4;
   int reps = 5;
@@ -32,13 +35,30 @@ struct KernelBenchOptions {
 };
 
 struct Shape {
-  const char* name;
+  std::string name;
   std::int64_t n, k;
 };
 
-// llama-1b (runtime/model/synthetic.cpp): q+k+v = 2048+512+512, o, gate/up, down, LM head.
-constexpr Shape kShapes[] = {
-    {"qkv", 3072, 2048}, {"o", 2048, 2048}, {"gate/up", 8192, 2048}, {"down", 2048, 8192}, {"lm_head", 32000, 2048}};
+// The weight shapes [out, in] of one layer plus the LM head, as the model multiplies them
+// (q, k and v fused into one matrix), filtered by --shapes.
+std::vector<Shape> preset_shapes(const std::string& preset, const std::string& filter) {
+  runtime::ModelConfig c = runtime::model_preset(preset);
+  const std::int64_t q = std::int64_t{c.num_heads} * c.head_dim, kv = std::int64_t{c.num_kv_heads} * c.head_dim;
+  std::vector<Shape> all = {{"qkv", q + 2 * kv, c.hidden_size},
+                            {"o", c.hidden_size, q},
+                            {"gate/up", c.intermediate_size, c.hidden_size},
+                            {"down", c.hidden_size, c.intermediate_size},
+                            {"lm_head", c.vocab_size, c.hidden_size}};
+  if (filter == "all") return all;
+  std::vector<Shape> out;
+  for (const auto& name : split(filter, ',')) {
+    auto it = std::find_if(all.begin(), all.end(), [&](const Shape& s) { return s.name == name; });
+    if (it == all.end())
+      throw_error(ErrorCode::kInvalidArgument, "--shapes: unknown shape '{}' (known: qkv, o, gate/up, down, lm_head, all)", name);
+    out.push_back(*it);
+  }
+  return out;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -114,23 +134,25 @@ GemvRow bench_gemv(const k::Context& ctx, const Shape& s, k::DType t, std::int64
 int run_bench_kernels(Session& s, const KernelBenchOptions& o) {
   if (!s.require_world(s.size() == 1, "bench kernels runs on one rank; run it without mpirun")) return 1;
   auto tokens = parse_int_list(o.tokens, "--tokens");
+  const std::vector<Shape> shapes = preset_shapes(o.preset, o.shapes);
   const std::size_t triad_bytes = parse_size(o.triad_size, "--triad-size");
   const std::size_t rotate_bytes = parse_size(o.rotate_size, "--rotate-size");
   const int threads = static_cast<int>(s.config.get_int("kernels.threads"));
   k::Context ctx(threads);
-  std::cerr << fmt::format("bench kernels: {} | {} threads | BLAS {} | ISA {}\n", k::cpu_model_name(), ctx.threads(),
-                           k::blas_description(), k::compiled_isa());
+  std::cerr << fmt::format("bench kernels: preset {} | {} | {} threads | BLAS {} | ISA {}\n", o.preset,
+                           k::cpu_model_name(), ctx.threads(), k::blas_description(), k::compiled_isa());
   k::TriadResult triad = k::measure_triad(ctx, triad_bytes, 10);
   std::vector<GemmRow> gemm;
   for (auto m : tokens)
-    for (const auto& sh : kShapes) gemm.push_back(bench_gemm(ctx, sh, m, o.reps));
+    for (const auto& sh : shapes) gemm.push_back(bench_gemm(ctx, sh, m, o.reps));
   std::vector<GemvRow> gemv;
   for (std::int64_t m : {std::int64_t{1}, std::int64_t{o.batch}})
     for (k::DType t : {k::DType::kBF16, k::DType::kF32})
-      for (const auto& sh : kShapes) gemv.push_back(bench_gemv(ctx, sh, t, m, o.reps, rotate_bytes));
+      for (const auto& sh : shapes) gemv.push_back(bench_gemv(ctx, sh, t, m, o.reps, rotate_bytes));
   const double triad_gbps = triad.median_bytes_per_s / 1e9;
   if (o.json) {
     nlohmann::json j;
+    j["preset"] = o.preset;
     j["cpu"] = k::cpu_model_name();
     j["threads"] = ctx.threads();
     j["blas"] = k::blas_description();
@@ -169,6 +191,10 @@ int run_bench_kernels(Session& s, const KernelBenchOptions& o) {
 
 Action define_bench_kernels(CLI::App& sub) {
   auto o = std::make_shared<KernelBenchOptions>();
+  sub.add_option("--preset", o->preset, "Model preset whose layer shapes are measured (see make-model)")
+      ->capture_default_str();
+  sub.add_option("--shapes", o->shapes, "Comma list of qkv, o, gate/up, down, lm_head, or all")
+      ->capture_default_str();
   sub.add_option("--tokens", o->tokens, "Prefill token counts M for the GEMM table (e.g. 128,512)")
       ->capture_default_str();
   sub.add_option("--batch", o->batch, "Decode batch (rows) measured besides 1")->check(CLI::Range(1, 8))
