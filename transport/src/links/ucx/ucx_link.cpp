@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <vector>
 
 #include "src/links/common.hpp"
 
@@ -73,6 +74,21 @@ void on_recv_complete(void*, ucs_status_t status, const ucp_tag_recv_info_t* inf
 
 class UcxRequest final : public LinkRequest {
  public:
+  // Requests come and go twice per message on the latency path: recycle their memory
+  // per thread instead of calling malloc (a few tens of ns of a ~0.4 us round trip).
+  static void* operator new(std::size_t n) {
+    auto& pool = free_list();
+    if (n != sizeof(UcxRequest) || pool.empty()) return ::operator new(n);
+    void* p = pool.back();
+    pool.pop_back();
+    return p;
+  }
+  static void operator delete(void* p, std::size_t n) {
+    auto& pool = free_list();
+    if (n != sizeof(UcxRequest) || pool.size() >= 256) return ::operator delete(p);
+    pool.push_back(p);
+  }
+
   UcxRequest(const OpInfo& info, ucp_worker_h worker, PeerState& peer)
       : LinkRequest(info), worker_(worker), peer_(peer) {}
   ~UcxRequest() override {
@@ -84,6 +100,7 @@ class UcxRequest final : public LinkRequest {
     ucp_request_free(req_);
   }
   void set(void* req) { req_ = req; }
+  void completed_in_place(std::size_t bytes) { done_bytes_ = bytes; }
   RecvCompletion* completion() { return &recv_; }
 
   bool test() override {
@@ -119,6 +136,12 @@ class UcxRequest final : public LinkRequest {
  private:
   bool finished() const {
     return info_.kind == OpKind::kRecv ? recv_.done : ucp_request_check_status(req_) != UCS_INPROGRESS;
+  }
+
+  static std::vector<void*>& free_list() {
+    // Leaks at most 256 blocks per thread at exit, by design (no destructor ordering issues).
+    thread_local auto* pool = new std::vector<void*>();
+    return *pool;
   }
 
   ucp_worker_h worker_;
@@ -175,8 +198,8 @@ class UcxLink final : public Link {
     set_memh(p, registry_, data.data(), data.size());
     ucs_status_ptr_t sp = ucp_tag_send_nbx(state_.ep, data.data(), data.size(), make_tag(my_rank_, tag), &p);
     if (UCS_PTR_IS_ERR(sp)) r->fail(UCS_PTR_STATUS(sp));
-    if (!sp) return make_completed_request(data.size(), describe_op(info));  // sent in place
-    r->set(sp);
+    if (!sp) r->completed_in_place(data.size());  // no string formatting on the fast path
+    if (sp) r->set(sp);
     return r;
   }
 
