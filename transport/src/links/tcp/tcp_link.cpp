@@ -77,6 +77,7 @@ class TcpLink final : public Link {
     matcher_.remove(&op);
   }
   void finish_or_abandon(SendOp& op) {
+    if (sends_.empty()) return;
     if (op.sent == 0 && sends_.front().op.get() != &op) {
       std::erase_if(sends_, [&](const Outgoing& o) { return o.op.get() == &op; });
       return;
