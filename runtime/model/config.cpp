@@ -97,6 +97,8 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false, source);
   c.attention_bias = get_or<bool>(j, "attention_bias", c.model_type == "qwen2", source);
   c.torch_dtype = get_or<std::string>(j, "torch_dtype", "", source);
+  if (c.model_type != "qwen2" || get_or<bool>(j, "use_sliding_window", false, source))
+    c.sliding_window = get_or<std::int64_t>(j, "sliding_window", 0, source);
   c.validate(source);
   return c;
 }
@@ -123,6 +125,7 @@ std::string to_config_json(const ModelConfig& c) {
             {"attention_bias", c.attention_bias},
             {"hidden_act", "silu"}};
   if (!c.torch_dtype.empty()) j["torch_dtype"] = c.torch_dtype;
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (c.rope.scaling == kernels::RopeScaling::kLlama3)
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", c.rope.factor},

@@ -42,6 +42,11 @@ LlamaModel::LlamaModel(const CheckpointReader& reader, const ModelConfig& cfg, t
   if (opt.max_slots < 1) throw_error(ErrorCode::kInvalidArgument, "max_slots must be >= 1 (got {})", opt.max_slots);
   load(reader, opt);
   std::int64_t cap = opt.max_seq_len > 0 ? opt.max_seq_len : std::min<std::int64_t>(cfg.max_position_embeddings, 4096);
+  if (cfg.sliding_window > 0 && cap > cfg.sliding_window)
+    throw_error(ErrorCode::kUnsupported,
+                "the model config has sliding_window {} (Mistral) but trellis attends over the whole context; "
+                "limit the context (max_seq_len, now {}) to at most {} tokens", cfg.sliding_window, cap,
+                cfg.sliding_window);
   rope_ = kernels::RopeTable(cfg.rope, cap);
   kv_ = kernels::KvCache(last_ - first_, opt.max_slots, tp_layout_.kv_heads, cap, cfg.head_dim, opt.kv_dtype);
   scratch_.resize(kScratchCount);

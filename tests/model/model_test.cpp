@@ -54,6 +54,10 @@ TEST(ModelConfig, ParsesLlama3AndQwen2Fields) {
   EXPECT_EQ(back.rope.scaling, kernels::RopeScaling::kLlama3);
   EXPECT_EQ(back.rope.original_max_position_embeddings, t.rope.original_max_position_embeddings);
   EXPECT_EQ(back.parameter_count(), t.parameter_count());
+  EXPECT_EQ(q.sliding_window, 0);  // Qwen2's window applies only with use_sliding_window
+  auto m = parse_model_config(R"({"model_type":"mistral","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+    "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"sliding_window":32})", "m.json");
+  EXPECT_EQ(m.sliding_window, 32);
   expect_error([] { parse_model_config(R"({"vocab_size":100})", "bad.json"); }, {"bad.json", "hidden_size"});
   expect_error([] {
     parse_model_config(R"({"vocab_size":100,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,
@@ -241,6 +245,16 @@ TEST(Model, ActivationsStayFiniteThroughManyLayers) {
   }
   EXPECT_LT(maxabs, 100.0);
   EXPECT_GT(maxabs, 0.1);
+}
+
+TEST(Model, SlidingWindowLimitsTheContext) {
+  Fixture f("tiny");
+  f.cfg.sliding_window = 32;
+  LoadOptions o;
+  o.max_seq_len = 32;
+  EXPECT_NO_THROW(f.model(o));
+  o.max_seq_len = 64;
+  expect_error([&] { f.model(o); }, {"sliding_window 32", "max_seq_len"});
 }
 
 TEST(Model, RejectsBadRequests) {

@@ -8,7 +8,8 @@
 // (rope_type/type "llama3" with factor, low_freq_factor, high_freq_factor,
 // original_max_position_embeddings; absent/null means none), max_position_embeddings,
 // tie_word_embeddings, attention_bias (Qwen2 has q/k/v biases and no such field: a
-// model_type of "qwen2" implies it), torch_dtype. Anything else is ignored.
+// model_type of "qwen2" implies it), torch_dtype, sliding_window (+ use_sliding_window).
+// Anything else is ignored.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,10 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections have biases (Qwen2)
   std::string torch_dtype;      // "bfloat16", "float32", "float16" or empty
+  // Mistral's sliding-window attention span (0: none). Qwen2 configs carry a window but
+  // use it only with use_sliding_window: true. The model attends over the full context, so
+  // it refuses a context longer than a non-zero window instead of computing it wrongly.
+  std::int64_t sliding_window = 0;
 
   // Parameter count of the whole model (embedding, layers, final norm, LM head if untied).
   std::int64_t parameter_count() const;
