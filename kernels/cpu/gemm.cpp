@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cpu/cpu_ops.hpp"
@@ -338,8 +339,22 @@ void gemm_blas(ThreadPool& pool, const GemmArgs& g) {
   }
 }
 
+bool blas_uses_avx512() {
+  // Measured (docs/benchmarks.md, Kernels): OpenBLAS's AVX-512 sgemm kernels (what it loads
+  // for these core names) beat our GEMM by 10-20%; its AVX2 ones (e.g. "Haswell", which
+  // DYNAMIC_ARCH 0.3.21 picks for Zen 4/5 unless OPENBLAS_CORETYPE says otherwise) lose to
+  // it by 30-50%.
+  static const bool avx512 = [] {
+    std::string core = openblas_get_corename();
+    return core == "SkylakeX" || core == "skylakex" || core == "Cooperlake" || core == "cooperlake" ||
+           core == "SapphireRapids" || core == "sapphirerapids";
+  }();
+  return avx512;
+}
+
 void matmul(ThreadPool& pool, const GemmArgs& g, MatmulAlgo algo) {
-  if (algo == MatmulAlgo::kAuto) algo = g.m <= kGemvMaxRows ? MatmulAlgo::kGemv : MatmulAlgo::kGemm;
+  if (algo == MatmulAlgo::kAuto)
+    algo = g.m <= kGemvMaxRows ? MatmulAlgo::kGemv : blas_uses_avx512() ? MatmulAlgo::kBlas : MatmulAlgo::kGemm;
   switch (algo) {
     case MatmulAlgo::kGemv: return gemv(pool, g);
     case MatmulAlgo::kBlas: return gemm_blas(pool, g);

@@ -21,6 +21,32 @@ struct TriadResult {
   std::vector<double> samples;    // bytes/s of each rep
 };
 
+// Triad arrays kept allocated, for interleaving single passes with another measurement so
+// both see the same machine state (a shared machine's load changes by the second).
+// Construction allocates and first-touches 3 arrays of `array_bytes` (rounded down to whole
+// doubles per thread; kInvalidArgument below 1 MiB) on the Context's threads; the Context
+// must outlive the Triad. Not thread-safe.
+class Triad {
+ public:
+  Triad(const Context& ctx, std::size_t array_bytes);
+  ~Triad();
+  Triad(const Triad&) = delete;
+  Triad& operator=(const Triad&) = delete;
+
+  // One pass a[i] = b[i] + 3 * c[i] on all threads; returns 3 * array_bytes() / seconds.
+  // Throws kInternal if a sampled element is wrong afterwards.
+  double run();
+  std::size_t array_bytes() const { return per_thread_ * static_cast<std::size_t>(threads_) * sizeof(double); }
+
+ private:
+  const Context& ctx_;
+  int threads_ = 1;
+  std::size_t per_thread_ = 0;  // doubles per thread
+  double* a_ = nullptr;
+  double* b_ = nullptr;
+  double* c_ = nullptr;
+};
+
 // Runs `reps` timed triads (after one untimed warm-up pass that also faults the pages in)
 // with arrays of `array_bytes` each (allocated here and freed on return). The result is
 // checked: a wrong element throws kInternal. array_bytes is rounded down to a whole number of
