@@ -494,6 +494,22 @@ EngineResult Engine::run() {
                                                      Lane::kForward);
   }
   if (opt_.tsem) threads.push_back(spawn("cpu executor", [this] { cpu_executor(); }));
+  // The communicator's progress loop (SiPipe §4.1): backends such as MPI and UCX move a
+  // large message only while someone drives them, and the thread that started a send may be
+  // blocked on something else (the next input) meanwhile; without this, a rendezvous-size
+  // hidden state would wait for its sender's next test() and the pipeline would stall.
+  std::atomic<bool> finished{false};
+  std::thread progress([this, &finished] {
+    try {
+      while (!finished.load(std::memory_order_relaxed) && !failed_.failed) {
+        links_.progress();
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    } catch (...) {
+      failed_.set(std::current_exception());
+      tsem_.close();
+    }
+  });
   try {
     forward_executor();
   } catch (...) {
@@ -501,6 +517,8 @@ EngineResult Engine::run() {
     tsem_.close();
   }
   for (auto& t : threads) t.join();
+  finished = true;
+  progress.join();
   failed_.rethrow();
   if (rank_ == 0 || relay) ring_out_->wait_drained(deadline());
   {
