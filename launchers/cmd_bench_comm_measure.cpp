@@ -167,7 +167,8 @@ struct StreamPair {
 
 // Both modes are measured interleaved, iteration by iteration, so that load changes on this
 // shared machine hit both alike. Returns {aware, baseline}.
-std::vector<StreamPoint> stream_points(Session& s, transport::Link& link, std::size_t batch, std::size_t hidden,
+// Ranks other than 0 and 1 (link == nullptr) only join the per-iteration barriers.
+std::vector<StreamPoint> stream_points(Session& s, transport::Link* link, std::size_t batch, std::size_t hidden,
                                        DType dtype, const Budget& b) {
   using transport::StreamMode;
   const std::size_t es = dtype == DType::kF32 ? 4 : 2;
@@ -175,17 +176,21 @@ std::vector<StreamPoint> stream_points(Session& s, transport::Link& link, std::s
   const bool first = s.rank() == 0;
   const std::uint32_t base = transport::kStreamTagBase;
   auto tag = [&](int mode, bool forward) { return base + static_cast<std::uint32_t>(mode * 2 + (forward ? 0 : 1)) * 0x200; };
+  const int k = iters_for(batch * hidden * es * 2, b.iters), warm = std::max(2, std::min(b.warmup, k));
+  if (link == nullptr) {
+    for (int i = 0; i < 2 * (warm + k); ++i) s.world().barrier(s.deadline());
+    return std::vector<StreamPoint>(2);
+  }
   std::vector<std::unique_ptr<StreamPair>> pairs;
   for (int m = 0; m < 2; ++m) {
     auto mode = m == 0 ? StreamMode::kStructureAware : StreamMode::kBaseline;
-    pairs.push_back(std::unique_ptr<StreamPair>(new StreamPair{transport::StageSender(link, mode, tag(m, first)),
-                                                               transport::StageReceiver(link, mode, tag(m, !first)), 0, {}, {}}));
+    pairs.push_back(std::unique_ptr<StreamPair>(new StreamPair{transport::StageSender(*link, mode, tag(m, first)),
+                                                               transport::StageReceiver(*link, mode, tag(m, !first)), 0, {}, {}}));
   }
   std::vector<std::vector<std::byte>> data(2, std::vector<std::byte>(batch * hidden * es));
   for (std::size_t i = 0; i < data[0].size(); ++i) data[0][i] = data[1][i] = pattern(i, 7);
   std::vector<transport::TensorRef> refs = {{{"hidden", dname, hidden * es}, data[0].data()},
                                             {{"residual", dname, hidden * es}, data[1].data()}};
-  const int k = iters_for(batch * hidden * es * 2, b.iters), warm = std::max(2, std::min(b.warmup, k));
   bool ok = true;
   for (int it = 0; it < warm + k; ++it) {
     for (auto& p : pairs) {
@@ -239,8 +244,7 @@ std::vector<StreamPoint> measure_stream(Session& s, Backend backend, const std::
   std::vector<StreamPoint> out;
   for (DType dt : {DType::kF32, DType::kBF16})
     for (std::size_t batch : batches) {
-      std::vector<StreamPoint> two(2);
-      if (s.rank() < 2) two = stream_points(s, t->link(1 - s.rank()), batch, hidden, dt, b);
+      auto two = stream_points(s, s.rank() < 2 ? &t->link(1 - s.rank()) : nullptr, batch, hidden, dt, b);
       bool all_ok = !s.world().any(!(two[0].verified && two[1].verified), s.deadline());
       for (auto& p : two) {
         p.verified = all_ok;
