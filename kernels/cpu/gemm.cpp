@@ -301,10 +301,6 @@ void gemv(ThreadPool& pool, const GemmArgs& g) {
 
 void gemm_packed(ThreadPool& pool, const GemmArgs& g) {
 #ifdef TRELLIS_KERNELS_AVX512
-  if (g.k == 0) {
-    gemm_blas(pool, g);  // only scales C; not worth a path of its own
-    return;
-  }
   std::int64_t col_blocks = (g.n + kNr - 1) / kNr;
   dispatch_dtype(g.b_type, "matmul", [&]<typename E>() {
     pool.parallel_for(col_blocks, [&](std::int64_t lo, std::int64_t hi) {

@@ -49,6 +49,13 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
                 cpu::kGemvMaxRows, a.describe(), a.rows());
   need_cpu(ctx, op);
   if (a.rows() == 0 || b.rows() == 0) return;
+  if (a.cols() == 0) {  // an empty sum: y = beta * y (BLAS rejects K = 0 with lda = 0)
+    for (std::int64_t r = 0; r < c.rows(); ++r) {
+      auto* row = static_cast<float*>(c.row_ptr(r));
+      for (std::int64_t j = 0; j < c.cols(); ++j) row[j] = opt.beta == 0.0f ? 0.0f : opt.beta * row[j];
+    }
+    return;
+  }
   cpu::GemmArgs g;
   g.m = a.rows();
   g.n = b.rows();

@@ -32,6 +32,12 @@ std::vector<double> reference(const std::vector<float>& x, const std::vector<flo
   return y;
 }
 
+Tensor f32_tensor_filled(std::int64_t rows, std::int64_t cols, float v) {
+  Tensor t = Tensor::empty(DType::kF32, {rows, cols});
+  for (std::int64_t i = 0; i < rows * cols; ++i) t.ptr<float>()[i] = v;
+  return t;
+}
+
 class MatmulTest : public ::testing::TestWithParam<std::tuple<MatmulAlgo, DType, int>> {};
 
 // f32 accumulation of k products of values in [-1, 1): error grows ~ sqrt(k) * eps * k.
@@ -112,6 +118,10 @@ TEST(Matmul, ShapeErrorsNameTheTensors) {
   Tensor x9 = Tensor::zeros(DType::kF32, {9, 9});
   Tensor y9 = Tensor::zeros(DType::kF32, {9, 4});
   EXPECT_THROW(matmul(ctx, x9, w, y9, {0.0f, MatmulAlgo::kGemv}), Error);
+  Tensor x0 = Tensor::zeros(DType::kF32, {2, 0}), w0 = Tensor::zeros(DType::kBF16, {3, 0});
+  Tensor y0 = f32_tensor_filled(2, 3, 4.0f);
+  matmul(ctx, x0, w0, y0, {0.5f});  // K = 0: y = beta * y
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(y0.ptr<float>()[i], 2.0f);
   Tensor bad_out = Tensor::zeros(DType::kF32, {2, 5});
   Tensor w8 = Tensor::zeros(DType::kF32, {4, 8});
   EXPECT_THROW(matmul(ctx, x, w8, bad_out), Error);
