@@ -81,8 +81,13 @@ std::string dominant_line(const Breakdown& b, double period, int m, const char* 
   const Term* top = &terms[0];
   for (const auto& t : terms)
     if (t.v > top->v) top = &t;
-  return fmt::format("{} takes {:.0f}% of each decode step ({}); TP all-reduces {:.0f}%{}", top->name,
-                     100 * top->v / total, bound_by, 100 * b.tp_comm / total,
+  const Term* second = top == &terms[0] ? &terms[1] : &terms[0];
+  for (const auto& t : terms)
+    if (&t != top && t.v > second->v) second = &t;
+  const bool tp_named = top == &terms[2] || second == &terms[2];
+  return fmt::format("{} takes {:.0f}% of each decode step, {} {:.0f}% ({}){}{}", top->name, 100 * top->v / total,
+                     second->name, 100 * second->v / total, bound_by,
+                     tp_named ? std::string() : fmt::format("; TP all-reduces {:.0f}%", 100 * b.tp_comm / total),
                      b.tp_comm_hidden > 0 ? fmt::format(", {:.0f}% more hidden under compute",
                                                         100 * b.tp_comm_hidden / total)
                                           : std::string());
@@ -128,7 +133,8 @@ Memory memory_per_device(const ModelInputs& in, const std::vector<int>& split) {
     mem.weights = params * w.weight_bytes;
     mem.kv_cache = static_cast<double>(w.batch) * (w.prompt_len + w.gen_len) * n * 2.0 * kv_heads * m.head_dim *
                    w.kv_bytes;
-    mem.activations = b * w.prompt_len * (4.0 * m.hidden + 2.0 * m.intermediate / t) * w.act_bytes +
+    const double prefill_tokens = std::min(b * w.prompt_len, std::max<double>(in.host.prefill_chunk_tokens, w.prompt_len));
+    mem.activations = prefill_tokens * (4.0 * m.hidden + 2.0 * m.intermediate / t) * w.act_bytes +
                       (i == p - 1 ? b * m.vocab / t * 4.0 : 0);
     mem.reserve = in.host.reserve_bytes;
     if (mem.total() > best.total()) best = mem;

@@ -104,6 +104,7 @@ struct HostCosts {
   int metadata_round_trips = 2;          // extra round trips without structure-aware sends
   double reserve_bytes = 1.5 * 1024 * 1024 * 1024.0;  // runtime context, comm buffers
   double memory_utilisation = 0.95;      // share of device memory the engine may use
+  int prefill_chunk_tokens = 8192;       // prompt tokens prefilled at once (activation memory)
 };
 
 // Efficiency of the roofline ceilings actually reached by inference kernels.
