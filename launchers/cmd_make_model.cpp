@@ -3,12 +3,14 @@
 // every run and study works with no download. Same seed and flags -> same bytes.
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "commands.hpp"
 #include "trellis/core/clock.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
+#include "trellis/runtime/checkpoint/gguf_writer.hpp"
 #include "trellis/runtime/model/synthetic.hpp"
 
 namespace trellis::launchers {
@@ -19,6 +21,7 @@ struct MakeModelOptions {
   std::string dtype = "bf16";
   std::string out;
   std::string max_shard = "2GiB";
+  std::string format = "safetensors";
   std::uint64_t seed = 1;
   int layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   std::int64_t hidden = 0, intermediate = 0, vocab = 0;
@@ -51,6 +54,26 @@ runtime::ModelConfig build_config(const MakeModelOptions& o) {
   return c;
 }
 
+// --format gguf: the same synthetic values (generated in f32), written as one GGUF file with
+// 2-D weights stored as --dtype (f32, f16, bf16, q8_0, q4_0, q4_1).
+int write_gguf(const MakeModelOptions& o, const runtime::ModelConfig& cfg) {
+  auto type = runtime::gguf::parse_type(o.dtype == "f32" ? "F32" : o.dtype == "f16" ? "F16"
+                                        : o.dtype == "bf16" ? "BF16" : o.dtype);
+  if (!type) throw_error(ErrorCode::kInvalidArgument, "--dtype {}: expected f32, f16, bf16, q8_0, q4_0 or q4_1", o.dtype);
+  double t0 = now_seconds();
+  auto src = runtime::make_synthetic_reader(cfg, "F32", o.seed);
+  std::filesystem::create_directories(o.out);
+  auto path = std::filesystem::path(o.out) / "model.gguf";
+  runtime::gguf::write_llama_gguf(path, runtime::to_config_json(cfg), src->tensors(),
+                                  [&](const runtime::TensorInfo& t, float* dst) {
+                                    src->read_slice(t.name, runtime::Slice::all(t), runtime::ElemType::kF32, dst);
+                                  },
+                                  *type);
+  std::cout << fmt::format("wrote {} ({:.1f}M parameters, GGUF {}, seed {}) in {:.1f} s\n", path.string(),
+                           cfg.parameter_count() / 1e6, o.dtype, o.seed, now_seconds() - t0);
+  return 0;
+}
+
 int run_make_model(Session& s, const MakeModelOptions& o) {
   if (o.list) {
     for (const auto& name : runtime::model_preset_names()) {
@@ -64,6 +87,7 @@ int run_make_model(Session& s, const MakeModelOptions& o) {
   if (o.out.empty()) throw_error(ErrorCode::kInvalidArgument, "--out DIR is required");
   if (!s.is_root()) return 0;  // under mpirun, one writer is enough
   auto cfg = build_config(o);
+  if (o.format == "gguf") return write_gguf(o, cfg);
   std::string dt = stored_dtype(o.dtype);
   double t0 = now_seconds();
   auto files = runtime::write_synthetic_checkpoint(o.out, cfg, dt, o.seed, parse_size(o.max_shard, "--max-shard-size"));
@@ -78,7 +102,11 @@ int run_make_model(Session& s, const MakeModelOptions& o) {
 Action define_make_model(CLI::App& sub) {
   auto o = std::make_shared<MakeModelOptions>();
   sub.add_option("--preset", o->preset, "Model shape: tiny, tiny-qwen2, small, llama-1b (see --list)")->capture_default_str();
-  sub.add_option("--dtype", o->dtype, "Stored dtype: f32, bf16 or f16")->capture_default_str();
+  sub.add_option("--dtype", o->dtype, "Stored dtype: f32, bf16 or f16 (GGUF also q8_0, q4_0, q4_1)")
+      ->capture_default_str();
+  sub.add_option("--format", o->format, "safetensors (config.json + shards) or gguf (one model.gguf)")
+      ->check(CLI::IsMember({"safetensors", "gguf"}))
+      ->capture_default_str();
   sub.add_option("--out", o->out, "Output directory");
   sub.add_option("--seed", o->seed, "Seed of the weights")->capture_default_str();
   sub.add_option("--max-shard-size", o->max_shard, "Split into model-0000k-of-0000n.safetensors above this size")

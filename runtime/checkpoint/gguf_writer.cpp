@@ -134,6 +134,10 @@ void write_llama_gguf(const std::filesystem::path& path, const std::string& conf
                       const std::vector<TensorInfo>& tensors,
                       const std::function<void(const TensorInfo&, float* dst)>& fill, GgmlType weight_type,
                       const std::vector<std::pair<std::string, Value>>& extra) {
+  if (weight_type != GgmlType::kF32 && weight_type != GgmlType::kF16 && weight_type != GgmlType::kBF16 &&
+      weight_type != GgmlType::kQ8_0 && weight_type != GgmlType::kQ4_0 && weight_type != GgmlType::kQ4_1)
+    throw_error(ErrorCode::kInvalidArgument, "{}: trellis writes GGUF weights as F32, F16, BF16, Q8_0, Q4_0 or Q4_1, not {}",
+                path.string(), type_traits(weight_type).name);
   nlohmann::json c;
   try {
     c = nlohmann::json::parse(config_json);
