@@ -503,7 +503,7 @@ EngineResult Engine::run() {
     try {
       while (!finished.load(std::memory_order_relaxed) && !failed_.failed) {
         links_.progress();
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
     } catch (...) {
       failed_.set(std::current_exception());

@@ -41,7 +41,9 @@ void wait_request(transport::Request& r, Deadline deadline, const FailureFlag& f
         throw_scoped(ErrorScope::kRank, ErrorCode::kPeerFailed, "{}: another engine thread failed", what);
       if (deadline.expired()) throw_error(ErrorCode::kTimeout, "{} ({}): nothing arrived in time", what, r.describe());
     }
-    if (spin > 2000) std::this_thread::sleep_for(std::chrono::microseconds(spin > 20000 ? 50 : 2));
+    // Spin briefly, then yield, then sleep: engine threads share cores with the forwards.
+    if (spin > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    else if (spin > 200) std::this_thread::yield();
   }
 }
 

@@ -204,7 +204,10 @@ bool ShmRing::read(std::vector<std::byte>& out, Deadline deadline) {
         }
         return false;
       },
-      deadline, fmt::format("channel {}: consumer {} waiting for the next scheduling output", name_, index_));
+      deadline, fmt::format("channel {}: consumer {} waiting for the next scheduling output", name_, index_),
+      // A consumer may wait a whole pipeline round trip; spinning long would take the core
+      // from the forward it shares it with, so it goes to short sleeps early.
+      PollPolicy{200, 2000, std::chrono::microseconds(20)});
   (void)closed;
   return got;
 }
