@@ -167,7 +167,7 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   for (int s = 0; s < o.pp; ++s)
     for (int k = 0; k < o.tp; ++k) grid.rank_of.push_back(pl.rank_at(s, k));
   for (const auto& rp : pl.ranks) grid.host_of.push_back(rp.host);
-  const int me = world.rank(), stage = grid.stage_of(me), k = grid.tp_of(me);
+  const int me = world.rank(), stage = grid.stage_of(me);
   if (o.pin_cores && !pl.ranks[static_cast<std::size_t>(me)].cores.empty()) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -266,7 +266,6 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
     s.trace_path = o.trace;
   }
   if (!o.out.empty()) write_outputs(o.out, requests, result.results);
-  (void)k;
   return rep;
 }
 
