@@ -102,8 +102,11 @@ void apply_calibration(sim::PlanRequest& r, const sim::Calibration& cal) {
   if (!c) return;
   const bool f32 = r.work.act_bytes >= 4;
   const double flops = f32 ? r.cluster.device.dense_flops_fp32 : r.cluster.device.dense_flops_bf16;
-  r.compute_scale = c->flops / (flops * r.efficiency.compute);
-  r.memory_scale = c->memory_bandwidth / (r.cluster.device.memory_bandwidth * r.efficiency.memory);
+  // GPU figures are per device; a CPU host's are for the whole host (all its threads), which
+  // the cluster view divides among the host's ranks.
+  const double ranks = r.cluster.device.kind == sim::DeviceKind::kCpu ? r.cluster.devices_per_host : 1;
+  r.compute_scale = c->flops / (flops * ranks * r.efficiency.compute);
+  r.memory_scale = c->memory_bandwidth / (r.cluster.device.memory_bandwidth * ranks * r.efficiency.memory);
   if (to_lower(c->device) != to_lower(r.cluster.device.name))
     r.cluster.warnings.push_back(fmt::format("calibration {} measured compute on '{}' but the cluster's device is {}",
                                              cal.origin(), c->device, r.cluster.device.name));

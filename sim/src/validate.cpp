@@ -44,6 +44,21 @@ double quantile(std::vector<double> v, double q) {
   return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
 
+// A one-host CPU cluster re-divided among `ranks` ranks: every run of a sweep on one machine
+// puts all its ranks on that host, so a 1x1 run has the whole host and a 2x2 run a quarter.
+ClusterView with_ranks_per_host(ClusterView c, int ranks) {
+  const double f = static_cast<double>(c.devices_per_host) / ranks;
+  c.device.dense_flops_bf16 *= f;
+  c.device.dense_flops_fp32 *= f;
+  c.device.memory_bandwidth *= f;
+  c.device.memory_bytes *= f;
+  const LinkCost shm = c.intra.size() > 1 ? c.intra[1] : c.intra.front();
+  c.intra.assign(static_cast<std::size_t>(ranks * ranks), shm);
+  for (int i = 0; i < ranks; ++i) c.intra[static_cast<std::size_t>(i * ranks + i)].kind = LinkKind::kSameProcess;
+  c.devices_per_host = ranks;
+  return c;
+}
+
 }  // namespace
 
 std::vector<Measurement> parse_measurements(const std::string& text, const std::string& origin) {
@@ -106,6 +121,8 @@ ValidationReport validate(const PlanRequest& request, const std::vector<Measurem
     if (!m.cluster.empty())
       r.cluster = make_cluster_view(topology::parse_synthetic(m.cluster), r.cluster.device.name, calibration,
                                     m.ranks_per_host);
+    if (m.cluster.empty() && r.cluster.device.kind == DeviceKind::kCpu && r.cluster.hosts == 1)
+      r.cluster = with_ranks_per_host(r.cluster, m.p * m.t);
     if (m.prompt_len > 0) r.work.prompt_len = m.prompt_len;
     if (m.gen_len > 0) r.work.gen_len = m.gen_len;
     Layout l{m.p, m.t, m.microbatches, m.variant, r.lp_fraction};
