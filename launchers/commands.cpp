@@ -7,6 +7,7 @@ namespace {
 
 constexpr std::array kGroups = {
     GroupSpec{"bench", "Measure communication, kernels and models"},
+    GroupSpec{"study", "Compare model variants side by side (interconnect studies)"},
 };
 
 constexpr std::array kCommands = {
@@ -37,6 +38,10 @@ constexpr std::array kCommands = {
                 &define_topo},
     CommandSpec{"plan", "Predict throughput, TPOT, TTFT and memory of every PP x TP x variant layout and rank them",
                 &define_plan},
+    CommandSpec{"study variants",
+                "Time every model variant (standard, parallel, ladder, desync, lp, nocomm) over batch sizes "
+                "on one TP group: Ladder Residual Table 2/6, CSV, SVG chart",
+                &define_study_variants},
 };
 
 }  // namespace

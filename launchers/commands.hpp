@@ -41,5 +41,6 @@ Action define_bench_comm(CLI::App& sub);
 Action define_bench_kernels(CLI::App& sub);
 Action define_topo(CLI::App& sub);
 Action define_plan(CLI::App& sub);
+Action define_study_variants(CLI::App& sub);
 
 }  // namespace trellis::launchers

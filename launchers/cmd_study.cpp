@@ -1,0 +1,193 @@
+// `trellis study variants`: every communication-reducing model variant over a set of batch
+// sizes on one tensor-parallel group (t = world size; pp = 1), timed side by side, printed as
+// Ladder Residual's Table 2/6 and written as CSV and an SVG chart (runtime/study). Every rank
+// builds the same synthetic weights (--preset) or reads the same checkpoint (--model) and
+// holds its 1/t shard; the TP group is the fastest the transport offers for the ranks'
+// links (make_group: shm in a host, ring across hosts).
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/core/strings.hpp"
+#include "trellis/kernels/context.hpp"
+#include "trellis/runtime/checkpoint/reader.hpp"
+#include "trellis/runtime/model/synthetic.hpp"
+#include "trellis/runtime/study/variant_study.hpp"
+#include "trellis/transport/collectives.hpp"
+#include "trellis/transport/selection.hpp"
+
+namespace trellis::launchers {
+namespace {
+
+struct StudyOptions {
+  std::string model, preset;
+  std::string weights = "bf16";
+  int tp = 0, pp = 1;
+  std::string batches = "1,4,16,64";
+  int prompt_len = 32, gen_len = 16, repeats = 3, warmup = 1;
+  std::string variants = "standard,parallel,ladder,desync2,desync4,lp,nocomm";
+  std::string ladder_layers, lp_layers;
+  bool no_nvlink = false, json = false;
+  std::string csv, svg;
+};
+
+std::vector<int> parse_batches(const std::string& text) {
+  std::vector<int> out;
+  for (const auto& t : split(text, ',')) {
+    auto v = parse_int(trim(t), "--batch");
+    if (v < 1) throw_error(ErrorCode::kInvalidArgument, "--batch: every size must be >= 1 (got {})", v);
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) throw_error(ErrorCode::kInvalidArgument, "--batch: no batch sizes given");
+  return out;
+}
+
+// --no-nvlink: the setting transport's link selection reads (NVLink pairs become PCIe) and the
+// environment NCCL needs (NCCL_P2P_DISABLE=1), set before any group is made. Only launchers/
+// touches the environment. CPU groups (shm, ring) have no NVLink path, so on a CPU build it
+// changes nothing measurable; the log says so.
+void apply_no_nvlink(Session& s, bool flag) {
+  if (flag) s.config.set("comm.no_nvlink", "true", SettingSource::kFlag, "--no-nvlink");
+  auto policy = transport::SelectionPolicy::from_config(s.config);
+  for (const auto& [k, v] : transport::environment_for(policy)) ::setenv(k.c_str(), v.c_str(), 1);
+  if (policy.no_nvlink && s.is_root())
+    spdlog::info("--no-nvlink: link selection without NVLink ({}); NCCL_P2P_DISABLE=1 for NCCL. "
+                 "This study's CPU groups have no NVLink path, so it only matters on GPU builds.",
+                 policy.describe());
+}
+
+std::unique_ptr<runtime::CheckpointReader> open_model(const StudyOptions& o, runtime::ModelConfig& cfg, std::string& name) {
+  if (!o.model.empty() && !o.preset.empty())
+    throw_error(ErrorCode::kInvalidArgument, "give --model or --preset, not both");
+  if (!o.model.empty()) {
+    auto reader = runtime::open_checkpoint(o.model);
+    auto text = reader->config_json();
+    if (!text) throw_error(ErrorCode::kNotFound, "{}: no config.json", reader->describe());
+    cfg = runtime::parse_model_config(*text, reader->describe() + "/config.json");
+    name = o.model;
+    return reader;
+  }
+  const std::string preset = o.preset.empty() ? "small" : o.preset;
+  cfg = runtime::model_preset(preset);
+  name = "preset " + preset + " (synthetic, seed 1)";
+  return runtime::make_synthetic_reader(cfg, o.weights == "f32" ? "F32" : "BF16", 1);
+}
+
+std::vector<runtime::VariantSpec> parse_variants(const StudyOptions& o, const runtime::ModelConfig& cfg) {
+  std::vector<runtime::VariantSpec> out;
+  for (const auto& t : split(o.variants, ',')) {
+    const std::string name(trim(t));
+    const std::string& layers = name == "ladder" ? o.ladder_layers : name == "lp" ? o.lp_layers : std::string();
+    auto spec = runtime::parse_variant_spec(name, layers, cfg.num_layers);
+    runtime::validate_variant(spec, cfg, o.tp);
+    out.push_back(spec);
+  }
+  // Speedup and bound share need standard and nocomm over the whole model: always run them.
+  auto has = [&](runtime::Variant v) {
+    for (const auto& s : out)
+      if (s.kind == v && s.range_first == 0 && s.range_last == cfg.num_layers) return true;
+    return false;
+  };
+  if (!has(runtime::Variant::kStandard)) out.insert(out.begin(), runtime::VariantSpec{runtime::Variant::kStandard, 0, cfg.num_layers});
+  if (!has(runtime::Variant::kNoComm)) out.push_back(runtime::VariantSpec{runtime::Variant::kNoComm, 0, cfg.num_layers});
+  return out;
+}
+
+int run_study(Session& s, StudyOptions o) {
+  if (o.pp != 1) throw_error(ErrorCode::kUnsupported, "study variants: --pp {} is not supported yet (only --pp 1: one TP group)", o.pp);
+  if (o.tp == 0) o.tp = s.size();
+  if (!s.require_world(s.size() == o.tp * o.pp,
+                       fmt::format("study variants: the world has {} ranks but --tp {} x --pp {} needs {}; "
+                                   "launch with mpirun -np {}", s.size(), o.tp, o.pp, o.tp * o.pp, o.tp * o.pp)))
+    return 1;
+  apply_no_nvlink(s, o.no_nvlink);
+  const auto batches = parse_batches(o.batches);
+  runtime::ModelConfig cfg;
+  std::string model_name;
+  auto reader = open_model(o, cfg, model_name);
+  const auto specs = parse_variants(o, cfg);
+
+  kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")));
+  std::unique_ptr<transport::Group> group;
+  if (s.size() == 1) {
+    group = transport::make_single_group(0);
+  } else {
+    std::vector<int> all(static_cast<std::size_t>(s.size()));
+    for (int i = 0; i < s.size(); ++i) all[static_cast<std::size_t>(i)] = i;
+    group = transport::make_group(s.world(), all, transport::GroupOptions::from_config(s.config), s.config);
+  }
+  runtime::LoadOptions lo;
+  lo.max_slots = *std::max_element(batches.begin(), batches.end());
+  lo.max_seq_len = o.prompt_len + o.gen_len;
+  lo.weight_dtype = o.weights == "f32" ? runtime::ElemType::kF32 : runtime::ElemType::kBF16;
+  runtime::LlamaModel model(*reader, cfg, *group, ctx, lo);
+
+  runtime::StudyRun run;
+  run.prompt_len = o.prompt_len;
+  run.gen_len = o.gen_len;
+  run.repeats = o.repeats;
+  run.warmup = o.warmup;
+  run.deadline = s.config.get_duration("comm.deadline_ms");
+  std::vector<runtime::StudyPoint> points;
+  for (int b : batches)
+    for (const auto& spec : specs) {
+      points.push_back(runtime::measure_variant(model, spec, b, run, s.world()));
+      if (s.is_root())
+        spdlog::info("batch {} {}: prefill {:.3f} ms, decode {:.3f} ms", b, points.back().variant,
+                     1e3 * points.back().prefill_s, 1e3 * points.back().decode_s);
+    }
+  runtime::derive_study(points);
+  if (!s.is_root()) return 0;
+
+  const std::string title =
+      fmt::format("trellis study variants: {}, tp={} ({} group{}), {} weights, {} kernel threads per rank", model_name, o.tp,
+                  group->describe(), s.config.get_bool("comm.no_nvlink") ? ", --no-nvlink" : "", o.weights, ctx.threads());
+  if (!o.csv.empty()) std::ofstream(o.csv) << runtime::format_study_csv(points);
+  if (!o.svg.empty()) std::ofstream(o.svg) << runtime::format_study_svg(points, title);
+  if (o.json) {
+    nlohmann::json j = {{"title", title}, {"tp", o.tp}, {"group", group->describe()}, {"points", nlohmann::json::array()}};
+    for (const auto& p : points)
+      j["points"].push_back({{"variant", p.variant}, {"layers", p.layers}, {"batch", p.batch}, {"prefill_ms", 1e3 * p.prefill_s},
+                             {"decode_ms", 1e3 * p.decode_s}, {"tokens_per_s", p.tokens_per_s}, {"speedup_pct", p.speedup_pct},
+                             {"prefill_bound_share", p.prefill_bound_share}, {"decode_bound_share", p.decode_bound_share},
+                             {"all_reduces_decode", p.all_reduces_decode}, {"exact", p.exact},
+                             {"note", p.exact ? "" : runtime::kNoCommLabel}});
+    std::cout << j.dump(2) << "\n";  // NaN becomes null
+  } else {
+    std::cout << runtime::format_study_tables(points, title);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action define_study_variants(CLI::App& sub) {
+  auto o = std::make_shared<StudyOptions>();
+  sub.add_option("--model", o->model, "Checkpoint directory or file (same on every rank)");
+  sub.add_option("--preset", o->preset, "Synthetic model preset instead of --model (default: small)");
+  sub.add_option("--weights", o->weights, "Weight type in memory (and of a preset's synthetic weights): bf16 or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  sub.add_option("--tp", o->tp, "Tensor-parallel ranks (default: the world size)");
+  sub.add_option("--pp", o->pp, "Pipeline stages (only 1 is supported)")->capture_default_str();
+  sub.add_option("--batch", o->batches, "Batch sizes, comma-separated")->capture_default_str();
+  sub.add_option("--prompt-len", o->prompt_len, "Prompt tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
+  sub.add_option("--gen-len", o->gen_len, "Decode steps")->check(CLI::PositiveNumber)->capture_default_str();
+  sub.add_option("--repeats", o->repeats, "Timed repeats per point (median)")->check(CLI::PositiveNumber)->capture_default_str();
+  sub.add_option("--warmup", o->warmup, "Untimed repeats before them")->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub.add_option("--variants", o->variants, "Variants, comma-separated (standard and nocomm are always added)")
+      ->capture_default_str();
+  sub.add_option("--ladder-layers", o->ladder_layers, "Layers A-B (inclusive) ladder applies to (default: all)");
+  sub.add_option("--lp-layers", o->lp_layers, "Layers A-B (inclusive) lp pairs up (default: all)");
+  sub.add_flag("--no-nvlink", o->no_nvlink, "Interconnect study without NVLink (comm.no_nvlink + NCCL_P2P_DISABLE=1; GPU builds)");
+  sub.add_option("--csv", o->csv, "Write the results as CSV here (rank 0)");
+  sub.add_option("--svg", o->svg, "Write the grouped bar chart here (rank 0)");
+  sub.add_flag("--json", o->json, "Print JSON instead of tables");
+  return [o](Session& s) { return run_study(s, *o); };
+}
+
+}  // namespace trellis::launchers

@@ -1,0 +1,77 @@
+// The variant study (`trellis study variants`): times every communication-reducing model
+// variant (model/variants.hpp) over a set of batch sizes on one tensor-parallel group and
+// reports them the way Ladder Residual's Tables 2 and 6 do — prefill latency, decode
+// latency, tokens/s, % speedup over `standard`, and the share of the no-communication
+// bound reached, (t_standard - t_v) / (t_standard - t_nocomm).
+//
+// What one measurement is: for a batch of B sequences, a prefill of B x prompt_len tokens
+// followed by gen_len decode steps (one token per sequence), each step running the
+// variant's layers, the final norm and the local LM head, and (for every variant but
+// nocomm) the logits all-gather sampling would need. Decode tokens are fixed synthetic ids
+// (not sampled), so every variant does the same work whatever its outputs. Each repeat's
+// prefill time and mean decode-step time are maxed across ranks (the slowest rank is the
+// step time), and the median over repeats is reported. Warm-up repeats are not counted.
+//
+// nocomm removes every TP communication: its outputs are WRONG on purpose, it is the upper
+// bound of the study only, and every table, CSV row and chart labels it so.
+//
+// Threading: measure_variant() is collective over the model's TP group and the world (every
+// rank calls it with the same arguments in the same order); the rest is pure.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "trellis/core/clock.hpp"
+#include "trellis/runtime/model/llama.hpp"
+#include "trellis/runtime/model/variants.hpp"
+#include "trellis/transport/bootstrap.hpp"
+
+namespace trellis::runtime {
+
+// The label every report gives nocomm.
+inline constexpr const char* kNoCommLabel = "upper bound, outputs wrong";
+
+struct StudyPoint {
+  std::string variant;  // to_string(Variant)
+  std::string layers;   // "A-B" (inclusive) the variant applies to, "all" for the whole model
+  bool exact = true;    // false for nocomm
+  int batch = 0;
+  int prompt_len = 0, gen_len = 0;
+  double prefill_s = 0;  // median over repeats of the slowest rank's prefill
+  double decode_s = 0;   // median over repeats of the slowest rank's mean decode step
+  int all_reduces_prefill = 0, all_reduces_decode = 0;  // per forward, from the runner
+  // Filled by derive_study():
+  double tokens_per_s = 0;         // end to end: B * gen_len / (prefill + gen_len * decode)
+  double decode_tokens_per_s = 0;  // B / decode_s
+  double speedup_pct = 0;          // tokens/s over standard's at the same batch, in %
+  double prefill_bound_share = 0;  // (t_std - t_v) / (t_std - t_nocomm); NaN when undefined
+  double decode_bound_share = 0;
+};
+
+struct StudyRun {
+  int prompt_len = 16, gen_len = 8;
+  int repeats = 3;  // timed repeats (median taken)
+  int warmup = 1;   // untimed repeats before them
+  Millis deadline{60000};
+};
+
+// Times one variant at one batch size. `model` must hold the whole model (one stage) with at
+// least `batch` KV-cache slots of prompt_len + gen_len positions. Collective.
+StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch, const StudyRun& run,
+                           transport::Bootstrap& world);
+
+// Fills the derived fields of every point from the `standard` and `nocomm` points of the same
+// batch size (speedup and shares stay NaN when the batch has no such point, or when
+// t_std - t_nocomm is not positive: communication too cheap to measure).
+void derive_study(std::vector<StudyPoint>& points);
+
+// Text tables, one per batch size (Ladder Residual Table 2/6 layout), headed by `title`.
+std::string format_study_tables(const std::vector<StudyPoint>& points, const std::string& title);
+// CSV with a header row; one row per point; nocomm's `note` column says kNoCommLabel.
+std::string format_study_csv(const std::vector<StudyPoint>& points);
+// A self-contained SVG grouped bar chart: one group per batch size, one bar per variant,
+// bar height = end-to-end tokens/s relative to standard at that batch (standard = 1).
+std::string format_study_svg(const std::vector<StudyPoint>& points, const std::string& title);
+
+}  // namespace trellis::runtime

@@ -1,0 +1,269 @@
+#include "trellis/runtime/study/variant_study.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "trellis/core/error.hpp"
+#include "trellis/kernels/tensor.hpp"
+
+namespace trellis::runtime {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double median(std::vector<double> v) {
+  if (v.empty()) return kNaN;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Deterministic token ids: the study times the same work for every variant, so decode
+// tokens are not sampled from (possibly wrong, for nocomm) logits.
+std::int32_t token_id(int seq, int pos, int vocab) { return static_cast<std::int32_t>((seq * 131 + pos * 37 + 5) % vocab); }
+
+std::string layers_text(const VariantSpec& spec, int num_layers) {
+  const int last = spec.range_last < 0 ? num_layers : spec.range_last;
+  if (spec.range_first == 0 && last == num_layers) return "all";
+  return fmt::format("{}-{}", spec.range_first, last - 1);
+}
+
+std::string share_text(double v) { return std::isnan(v) ? "n/a" : fmt::format("{:.0f}%", 100 * v); }
+std::string csv_num(double v) { return std::isnan(v) ? "" : fmt::format("{:.6g}", v); }
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<int> batches_of(const std::vector<StudyPoint>& points) {
+  std::vector<int> b;
+  for (const auto& p : points)
+    if (std::find(b.begin(), b.end(), p.batch) == b.end()) b.push_back(p.batch);
+  return b;
+}
+
+std::vector<std::string> variants_of(const std::vector<StudyPoint>& points) {
+  std::vector<std::string> v;
+  for (const auto& p : points)
+    if (std::find(v.begin(), v.end(), p.variant) == v.end()) v.push_back(p.variant);
+  return v;
+}
+
+}  // namespace
+
+StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch, const StudyRun& run,
+                           transport::Bootstrap& world) {
+  const ModelConfig& cfg = model.config();
+  if (!model.has_embedding() || !model.has_lm_head())
+    throw_error(ErrorCode::kInvalidArgument, "the variant study needs the whole model on one stage (this rank has layers [{}, {}))",
+                model.first_layer(), model.last_layer());
+  if (batch < 1 || run.prompt_len < 1 || run.gen_len < 1 || run.repeats < 1)
+    throw_error(ErrorCode::kInvalidArgument, "study: batch ({}), prompt length ({}), gen length ({}) and repeats ({}) must be >= 1",
+                batch, run.prompt_len, run.gen_len, run.repeats);
+  VariantRunner runner(model, spec, run.deadline);
+  const std::int64_t H = cfg.hidden_size, P = run.prompt_len, B = batch;
+  Batch pre;
+  for (int b = 0; b < batch; ++b) {
+    for (int i = 0; i < run.prompt_len; ++i) pre.tokens.push_back(token_id(b, i, cfg.vocab_size));
+    pre.seqs.push_back({b, 0, P});
+  }
+  auto x = kernels::Tensor::empty(kernels::DType::kF32, {B * P, H});
+  auto xd = kernels::Tensor::empty(kernels::DType::kF32, {B, H});
+  auto local = kernels::Tensor::empty(kernels::DType::kF32, {B, model.layout().vocab_local()});
+  std::vector<float> full;
+  // nocomm drops the logits all-gather too: the bound has no TP communication at all.
+  const bool gather = variant_is_exact(spec.kind);
+
+  StudyPoint pt;
+  pt.variant = std::string(to_string(spec.kind));
+  pt.layers = layers_text(spec, cfg.num_layers);
+  pt.exact = variant_is_exact(spec.kind);
+  pt.batch = batch;
+  pt.prompt_len = run.prompt_len;
+  pt.gen_len = run.gen_len;
+  std::vector<double> pre_t, dec_t;
+  for (int r = 0; r < run.warmup + run.repeats; ++r) {
+    world.barrier(Deadline::after(run.deadline));
+    double t0 = now_seconds();
+    runner.run_stage(pre, x);
+    model.local_logits(pre, x, local);
+    if (gather) model.gather_logits(local, full);
+    double tp = now_seconds() - t0;
+    pt.all_reduces_prefill = runner.all_reduces();
+
+    std::vector<std::int32_t> toks(static_cast<std::size_t>(batch));
+    std::vector<std::int64_t> pos(static_cast<std::size_t>(batch), P);
+    t0 = now_seconds();
+    for (int k = 0; k < run.gen_len; ++k) {
+      for (int b = 0; b < batch; ++b) toks[static_cast<std::size_t>(b)] = token_id(b, run.prompt_len + k, cfg.vocab_size);
+      Batch step = Batch::decode(toks, pos);
+      runner.run_stage(step, xd);
+      model.local_logits(step, xd, local);
+      if (gather) model.gather_logits(local, full);
+      for (auto& p : pos) ++p;
+    }
+    double td = (now_seconds() - t0) / run.gen_len;
+    pt.all_reduces_decode = runner.all_reduces();
+    // The slowest rank sets the step time.
+    tp = world.max(tp, Deadline::after(run.deadline));
+    td = world.max(td, Deadline::after(run.deadline));
+    if (r >= run.warmup) {
+      pre_t.push_back(tp);
+      dec_t.push_back(td);
+    }
+  }
+  pt.prefill_s = median(pre_t);
+  pt.decode_s = median(dec_t);
+  return pt;
+}
+
+void derive_study(std::vector<StudyPoint>& points) {
+  std::map<int, const StudyPoint*> std_at, nocomm_at;
+  for (const auto& p : points) {
+    if (p.variant == "standard" && p.layers == "all") std_at[p.batch] = &p;
+    if (p.variant == "nocomm" && p.layers == "all") nocomm_at[p.batch] = &p;
+  }
+  // Copies: the pointers above point into `points`, which the loop below writes.
+  std::map<int, StudyPoint> ref_std, ref_nc;
+  for (auto& [b, p] : std_at) ref_std[b] = *p;
+  for (auto& [b, p] : nocomm_at) ref_nc[b] = *p;
+  auto share = [](double t_std, double t_v, double t_nc) {
+    const double room = t_std - t_nc;
+    return room > 0 ? (t_std - t_v) / room : kNaN;
+  };
+  auto tps = [](const StudyPoint& p) { return p.batch * p.gen_len / (p.prefill_s + p.gen_len * p.decode_s); };
+  for (auto& p : points) {
+    p.tokens_per_s = tps(p);
+    p.decode_tokens_per_s = p.batch / p.decode_s;
+    p.speedup_pct = p.prefill_bound_share = p.decode_bound_share = kNaN;
+    auto s = ref_std.find(p.batch);
+    if (s == ref_std.end()) continue;
+    p.speedup_pct = 100.0 * (p.tokens_per_s / tps(s->second) - 1.0);
+    auto n = ref_nc.find(p.batch);
+    if (n == ref_nc.end()) continue;
+    p.prefill_bound_share = share(s->second.prefill_s, p.prefill_s, n->second.prefill_s);
+    p.decode_bound_share = share(s->second.decode_s, p.decode_s, n->second.decode_s);
+  }
+}
+
+std::string format_study_tables(const std::vector<StudyPoint>& points, const std::string& title) {
+  std::ostringstream o;
+  o << title << "\n";
+  for (int b : batches_of(points)) {
+    const StudyPoint* any = nullptr;
+    for (const auto& p : points)
+      if (p.batch == b) any = &p;
+    o << fmt::format("\nbatch {}: prefill {} x {} tokens, then {} decode steps (median of repeats, slowest rank)\n", b, b,
+                     any->prompt_len, any->gen_len);
+    o << fmt::format("  {:<9} {:<7} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8}  {}\n", "variant", "layers", "prefill ms",
+                     "decode ms", "tokens/s", "speedup", "pf share", "dc share", "ARs/step", "");
+    for (const auto& p : points) {
+      if (p.batch != b) continue;
+      o << fmt::format("  {:<9} {:<7} {:>11.3f} {:>10.3f} {:>10.1f} {:>9} {:>8} {:>8} {:>8}  {}\n", p.variant, p.layers,
+                       1e3 * p.prefill_s, 1e3 * p.decode_s, p.tokens_per_s,
+                       std::isnan(p.speedup_pct) ? "n/a" : fmt::format("{:+.1f}%", p.speedup_pct),
+                       share_text(p.prefill_bound_share), share_text(p.decode_bound_share), p.all_reduces_decode,
+                       p.exact ? "" : std::string("(") + kNoCommLabel + ")");
+    }
+  }
+  o << "\ntokens/s = batch x decode steps / (prefill + decode steps x decode step); speedup: tokens/s over standard;\n"
+       "pf/dc share: share of the no-communication bound reached, (t_standard - t_variant) / (t_standard - t_nocomm),\n"
+       "for prefill and decode latency; ARs/step: TP all-reduces per decode forward. nocomm: "
+    << kNoCommLabel << ".\n";
+  return o.str();
+}
+
+std::string format_study_csv(const std::vector<StudyPoint>& points) {
+  std::ostringstream o;
+  o << "variant,layers,batch,prompt_len,gen_len,prefill_ms,decode_ms,tokens_per_s,decode_tokens_per_s,speedup_pct,"
+       "prefill_bound_share,decode_bound_share,all_reduces_prefill,all_reduces_decode,exact,note\n";
+  for (const auto& p : points)
+    o << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", p.variant, p.layers, p.batch, p.prompt_len,
+                     p.gen_len, csv_num(1e3 * p.prefill_s), csv_num(1e3 * p.decode_s), csv_num(p.tokens_per_s),
+                     csv_num(p.decode_tokens_per_s), csv_num(p.speedup_pct), csv_num(p.prefill_bound_share),
+                     csv_num(p.decode_bound_share), p.all_reduces_prefill, p.all_reduces_decode, p.exact ? 1 : 0,
+                     p.exact ? "" : fmt::format("\"{}\"", kNoCommLabel));  // the label has a comma
+  return o.str();
+}
+
+std::string format_study_svg(const std::vector<StudyPoint>& points, const std::string& title) {
+  static const char* kColors[] = {"#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#999999", "#da8bc3"};
+  const auto batches = batches_of(points);
+  const auto variants = variants_of(points);
+  const double bar = 14, gap = 24, left = 60, top = 60, plot_h = 260;
+  const double group_w = bar * static_cast<double>(variants.size()) + gap;
+  const double width = left + group_w * static_cast<double>(batches.size()) + 260;
+  const double height = top + plot_h + 60;
+  auto rel = [&](const StudyPoint& p) {
+    return std::isnan(p.speedup_pct) ? kNaN : 1.0 + p.speedup_pct / 100.0;
+  };
+  double ymax = 1.2;
+  for (const auto& p : points)
+    if (!std::isnan(rel(p))) ymax = std::max(ymax, rel(p) * 1.1);
+  auto y_of = [&](double v) { return top + plot_h * (1.0 - v / ymax); };
+
+  std::ostringstream o;
+  o << fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{:.0f}" height="{:.0f}" font-family="sans-serif" font-size="11">)",
+                   width, height)
+    << "\n";
+  o << R"svg(<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">)svg"
+       R"(<rect width="6" height="6" fill="#dddddd"/><line x1="0" y1="0" x2="0" y2="6" stroke="#666666" stroke-width="2"/>)"
+       "</pattern></defs>\n";
+  o << fmt::format(R"(<text x="{:.0f}" y="20" font-size="14">{}</text>)", left, xml_escape(title)) << "\n";
+  o << fmt::format(R"(<text x="{:.0f}" y="38">end-to-end tokens/s relative to standard at the same batch (standard = 1)</text>)",
+                   left)
+    << "\n";
+  for (double t = 0; t <= ymax + 1e-9; t += 0.25) {
+    o << fmt::format(R"(<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="{}" {}/>)", left, y_of(t),
+                     left + group_w * static_cast<double>(batches.size()), y_of(t), t == 1.0 ? "#000000" : "#e0e0e0",
+                     t == 1.0 ? R"(stroke-dasharray="4,3")" : "")
+      << "\n";
+    o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end">{:.2f}</text>)", left - 4, y_of(t) + 4, t) << "\n";
+  }
+  for (std::size_t g = 0; g < batches.size(); ++g) {
+    const double gx = left + gap / 2 + group_w * static_cast<double>(g);
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      for (const auto& p : points) {
+        if (p.batch != batches[g] || p.variant != variants[v] || std::isnan(rel(p))) continue;
+        const double x = gx + bar * static_cast<double>(v), y = y_of(rel(p));
+        const std::string fill = p.exact ? kColors[v % 8] : "url(#hatch)";
+        o << fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="{}" stroke="#333333" stroke-width="0.5">)",
+                         x, y, bar - 2, top + plot_h - y, fill)
+          << fmt::format("<title>{} batch {}: {:.1f} tokens/s ({:+.1f}%){}</title></rect>\n", p.variant, p.batch,
+                         p.tokens_per_s, p.speedup_pct, p.exact ? "" : std::string(", ") + kNoCommLabel);
+      }
+    }
+    o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle">batch {}</text>)",
+                     gx + bar * static_cast<double>(variants.size()) / 2, top + plot_h + 18, batches[g])
+      << "\n";
+  }
+  const double lx = left + group_w * static_cast<double>(batches.size()) + 20;
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    const bool nocomm = variants[v] == "nocomm";
+    const double ly = top + 18 * static_cast<double>(v);
+    o << fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="12" height="12" fill="{}" stroke="#333333" stroke-width="0.5"/>)",
+                     lx, ly, nocomm ? "url(#hatch)" : kColors[v % 8])
+      << fmt::format(R"(<text x="{:.1f}" y="{:.1f}">{}{}</text>)", lx + 18, ly + 10, xml_escape(variants[v]),
+                     nocomm ? std::string(" (") + kNoCommLabel + ")" : "")
+      << "\n";
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+}  // namespace trellis::runtime

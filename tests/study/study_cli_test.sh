@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `trellis study variants` under mpirun -np 2 (tiny preset, tiny sizes): the text tables name
+# every variant and batch and label nocomm; the CSV has a header and one well-formed row per
+# (variant, batch); the SVG parses as XML with one bar per point and the nocomm label; and
+# --pp 2 / a wrong world size end with one clear error. Checks structure, never timings.
+# Usage: study_cli_test.sh PATH/TO/trellis PYTHON MPIEXEC [FLAGS...]
+set -u
+T="$1"; PY="$2"; shift 2
+MPI=("$@")
+fails=0
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+run() { timeout 180 "${MPI[@]}" "$@"; }
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; echo "$out" | tail -30; fails=$((fails+1)); }
+
+out=$(run -np 2 "$T" study variants --preset tiny --tp 2 --batch 1,3 --prompt-len 4 --gen-len 2 --repeats 1 \
+        --warmup 0 --ladder-layers 2-3 --csv "$work/s.csv" --svg "$work/s.svg" 2>&1); rc=$?
+if [ $rc = 0 ]; then ok "study variants ran (tp=2)"; else bad "study variants (rc=$rc)"; fi
+for v in standard parallel ladder desync2 desync4 lp nocomm; do
+  if [ "$(grep -cE "^  $v " <<<"$out")" = 2 ]; then ok "table rows for $v"; else bad "table rows for $v"; fi
+done
+if grep -q "^batch 1:" <<<"$out" && grep -q "^batch 3:" <<<"$out"; then ok "one table per batch"; else bad "batch tables"; fi
+if [ "$(grep -E '^  nocomm ' <<<"$out" | grep -c 'upper bound, outputs wrong')" = 2 ]; then ok "nocomm labelled in the table"
+else bad "nocomm label in the table"; fi
+if grep -qE '^  ladder +2-3 ' <<<"$out"; then ok "ladder shows its layer range"; else bad "ladder layer range"; fi
+
+out=$("$PY" - "$work/s.csv" "$work/s.svg" <<'PYEOF' 2>&1
+import csv, math, sys, xml.etree.ElementTree as ET
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 14, f"{len(rows)} CSV rows, want 14"
+for r in rows:
+    assert len(r) == 16 and None not in r, f"ragged row {r}"
+    for k in ("prefill_ms", "decode_ms", "tokens_per_s"):
+        v = float(r[k]); assert v > 0 and math.isfinite(v), f"{k}={v} in {r}"
+    assert (r["note"] == "upper bound, outputs wrong") == (r["variant"] == "nocomm"), r
+    assert (r["exact"] == "0") == (r["variant"] == "nocomm"), r
+std = [r for r in rows if r["variant"] == "standard"]
+assert all(abs(float(r["speedup_pct"])) < 1e-9 for r in std), "standard's speedup is not 0"
+assert all(int(r["all_reduces_decode"]) == 0 for r in rows if r["variant"] == "nocomm"), "nocomm all-reduces"
+assert all(int(r["all_reduces_decode"]) == 8 for r in std), "standard: 2 all-reduces x 4 layers"
+root = ET.parse(sys.argv[2]).getroot()
+ns = "{http://www.w3.org/2000/svg}"
+assert root.tag == ns + "svg", root.tag
+bars = [e for e in root.iter(ns + "rect") if e.find(ns + "title") is not None]
+assert len(bars) == 14, f"{len(bars)} bars, want 14"
+assert all(float(b.get("height")) >= 0 for b in bars)
+text = " ".join(t.text or "" for t in root.iter(ns + "text"))
+assert "nocomm (upper bound, outputs wrong)" in text and "batch 3" in text, text
+print("csv and svg well-formed")
+PYEOF
+); if [ $? = 0 ]; then ok "$out"; else bad "csv/svg"; fi
+
+out=$(run -np 2 "$T" study variants --preset tiny --tp 1 --pp 2 2>&1); rc=$?
+if [ $rc != 0 ] && [ $rc != 124 ] && grep -q "only --pp 1" <<<"$out"; then ok "--pp 2: clear error"; else bad "--pp 2 (rc=$rc)"; fi
+out=$(run -np 2 "$T" study variants --preset tiny --tp 4 2>&1); rc=$?
+if [ $rc != 0 ] && [ $rc != 124 ] && [ "$(grep -c 'needs 4' <<<"$out")" = 1 ]; then ok "wrong world size: one error"
+else bad "wrong world size (rc=$rc)"; fi
+
+echo "$fails failed"
+[ "$fails" = 0 ]
