@@ -185,8 +185,10 @@ std::map<std::string, int> rejection_counts(const sim::PlanResult& res) {
 }
 
 void print_text(const sim::PlanRequest& r, const sim::PlanResult& res, const PlanOptions& o, double ms) {
-  std::cout << fmt::format("model    {} ({:.1f} B parameters, {} layers, {} heads / {} KV heads)\n", r.model.name,
-                           r.model.total_params() / 1e9, r.model.layers, r.model.heads, r.model.kv_heads);
+  const double params = r.model.total_params();
+  std::cout << fmt::format("model    {} ({} parameters, {} layers, {} heads / {} KV heads)\n", r.model.name,
+                           params >= 1e9 ? fmt::format("{:.1f} B", params / 1e9) : fmt::format("{:.1f} M", params / 1e6),
+                           r.model.layers, r.model.heads, r.model.kv_heads);
   std::cout << fmt::format("cluster  {}\n", r.cluster.description);
   std::cout << fmt::format("workload prompt {} + generate {} tokens, {} per element, SiPipe techniques {}, {} model\n",
                            r.work.prompt_len, r.work.gen_len, r.work.act_bytes >= 4 ? "f32" : "bf16",
