@@ -14,7 +14,8 @@ cleanup() { [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null; rm -rf "$W"; }
 trap cleanup EXIT
 export TRELLIS_KERNEL_THREADS=1 TRELLIS_LOG_LEVEL=info
 fail() { echo "FAIL: $*"; [ -f "$W/log" ] && tail -40 "$W/log"; exit 1; }
-LONG=(run --pp 2 --tp 2 --workload n=64,in=16,out=400 --max-context 512)
+# Long enough (tens of seconds on an idle 2-core machine) that SIGINT arrives mid-run.
+LONG=(run --pp 2 --tp 2 --workload n=1024,in=16,out=480 --max-context 512)
 
 # Waits until rank 0 says generation started (the log line printed just before it).
 wait_started() {
