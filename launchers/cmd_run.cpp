@@ -71,6 +71,10 @@ Action define_run(CLI::App& sub) {
   sub.add_option("--model", g.model_dir, "Checkpoint directory (config.json + safetensors)");
   sub.add_option("--preset", g.preset, "Without --model: a synthetic model generated in memory (see make-model)")
       ->capture_default_str();
+  sub.add_option("--variant", g.variant,
+                 "Model variant: standard, parallel, ladder, desync2, desync4, lp, nocomm (see docs/variants.md)")
+      ->capture_default_str();
+  sub.add_option("--variant-layers", g.variant_layers, "Layers A-B (inclusive) the variant applies to; default all");
   sub.add_option("--pp", g.pp, "Pipeline stages")->check(CLI::PositiveNumber)->capture_default_str();
   sub.add_option("--tp", g.tp, "Tensor-parallel ranks per stage")->check(CLI::PositiveNumber)->capture_default_str();
   auto* prompts = sub.add_option("--prompts", g.prompts, "Prompts file (JSONL: tokens or text, per-request sampling)");

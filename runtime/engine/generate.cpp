@@ -1,4 +1,5 @@
 #include "trellis/runtime/engine/generate.hpp"
+#include "trellis/runtime/model/variants.hpp"
 
 #include <sched.h>
 #include <spdlog/spdlog.h>
@@ -156,6 +157,9 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
     cfg = model_preset(o.preset);
     reader = make_synthetic_reader(cfg, "F32", o.seed);
   }
+  // Checked before anything is loaded: a variant the model or layout cannot host fails here.
+  const VariantSpec variant = parse_variant_spec(o.variant, o.variant_layers, cfg.num_layers);
+  validate_variant(variant, cfg, o.tp);
   // Topology -> placement -> grid.
   auto topo = gather(world, setup);
   topology::PlaceOptions popt;
@@ -211,7 +215,13 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   lo.max_seq_len = sc.max_context;
   kernels::Context ctx(static_cast<int>(config.get_int("kernels.threads")));
   LlamaModel model(*reader, cfg, *timed, ctx, lo);
-  auto stage_compute = make_llama_stage(model);
+  auto stage_compute = make_llama_stage(model, variant, config.get_duration("comm.deadline_ms"));
+  if (world.rank() == 0 && !variant_is_exact(variant.kind))
+    spdlog::warn("model variant nocomm on layers {}-{}: every TP all-reduce removed, outputs are WRONG on purpose "
+                 "(the communication-free upper bound)", variant.range_first, variant.range_last - 1);
+  else if (world.rank() == 0 && variant.kind != Variant::kStandard)
+    spdlog::info("model variant {} on layers {}-{}", to_string(variant.kind), variant.range_first,
+                 variant.range_last - 1);
   // KV budget in token positions: the tightest rank decides (every rank holds every
   // running sequence's KV for its layers).
   const double kv_per_token = 2.0 * (lo.last_layer - lo.first_layer) * model.layout().kv_heads * cfg.head_dim * 4.0;

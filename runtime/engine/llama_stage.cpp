@@ -1,11 +1,16 @@
 #include "trellis/runtime/engine/llama_stage.hpp"
 
+#include <optional>
+
 namespace trellis::runtime {
 namespace {
 
 class LlamaStage final : public StageCompute {
  public:
   explicit LlamaStage(LlamaModel& m) : m_(m) {}
+  LlamaStage(LlamaModel& m, const VariantSpec& v, Millis deadline) : m_(m) {
+    if (v.kind != Variant::kStandard) runner_.emplace(m, v, deadline);
+  }
   int hidden_size() const override { return static_cast<int>(m_.config().hidden_size); }
   int vocab_size() const override { return static_cast<int>(m_.config().vocab_size); }
   int vocab_begin() const override { return static_cast<int>(m_.layout().vocab_begin); }
@@ -18,6 +23,13 @@ class LlamaStage final : public StageCompute {
     if (m_.has_embedding()) {
       Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "embed", in.iteration);
       m_.embed(batch_, xv);
+    }
+    if (runner_) {
+      // A variant rewires the residual across layers (ladder keeps a reduction in flight
+      // from one layer into the next), so the stage's layers are one span.
+      Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "layers", in.iteration, m_.first_layer());
+      runner_->run_layers(batch_, xv, m_.first_layer(), m_.last_layer());
+      return;
     }
     for (int l = m_.first_layer(); l < m_.last_layer(); ++l) {
       Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "block", in.iteration, l);
@@ -47,6 +59,7 @@ class LlamaStage final : public StageCompute {
   }
 
   LlamaModel& m_;
+  std::optional<VariantRunner> runner_;
   Batch batch_;
   std::int64_t filled_for_ = -1;
 };
@@ -96,6 +109,10 @@ class TimedGroup final : public transport::Group {
 }  // namespace
 
 std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model) { return std::make_unique<LlamaStage>(model); }
+
+std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model, const VariantSpec& variant, Millis deadline) {
+  return std::make_unique<LlamaStage>(model, variant, deadline);
+}
 
 std::unique_ptr<transport::Group> make_timed_group(transport::Group& inner, Tracer& trace) {
   return std::make_unique<TimedGroup>(inner, trace);

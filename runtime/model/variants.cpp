@@ -81,7 +81,7 @@ void validate_variant(const VariantSpec& spec, const ModelConfig& cfg, int tp) {
     if ((last - spec.range_first) % 2 != 0)
       throw_error(ErrorCode::kInvalidArgument,
                   "variant lp pairs consecutive layers: its range [{}, {}) holds {} layers, which is odd "
-                  "(use --lp-layers with an even count)", spec.range_first, last, last - spec.range_first);
+                  "(give it a layer range with an even number of layers)", spec.range_first, last, last - spec.range_first);
     // The paper puts one or more ranks on each layer of a pair; heads per rank must divide.
     if (tp > 1 && (tp % 2 != 0 || cfg.num_heads % (tp / 2) != 0))
       throw_error(ErrorCode::kInvalidArgument,

@@ -15,6 +15,8 @@ namespace trellis::runtime {
 struct GenerateOptions {
   std::string model_dir;         // checkpoint directory (config.json + safetensors)
   std::string preset = "tiny";   // used when model_dir is empty: a synthetic model in memory
+  std::string variant = "standard";  // model variant (variants.hpp): standard, parallel, ladder, ...
+  std::string variant_layers;        // "A-B": layers the variant applies to (default: all)
   std::uint64_t seed = 1;        // synthetic weights' seed
   int pp = 1, tp = 1;
   std::string prompts;           // JSONL prompts file, or

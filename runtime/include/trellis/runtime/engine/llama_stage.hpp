@@ -6,6 +6,7 @@
 
 #include "trellis/runtime/engine/engine.hpp"
 #include "trellis/runtime/model/llama.hpp"
+#include "trellis/runtime/model/variants.hpp"
 #include "trellis/transport/group.hpp"
 
 namespace trellis::runtime {
@@ -13,6 +14,9 @@ namespace trellis::runtime {
 // Wraps `model` (which must outlive the result). forward() embeds on stage 0, then runs each
 // of the rank's layers as the standard block, recording one "block" span per layer.
 std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model);
+// The same with a communication-reducing variant's residual wiring (variants.hpp) over
+// this stage's layers; `deadline` bounds each wait on an asynchronous all-reduce.
+std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model, const VariantSpec& variant, Millis deadline);
 
 // A Group that forwards to `inner` and records an "all-reduce" span (lane forward) for each
 // synchronous all-reduce and for the wait of each asynchronous one. Both must outlive it.
