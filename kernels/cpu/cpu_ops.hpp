@@ -35,6 +35,9 @@ void gemm_packed(ThreadPool& pool, const GemmArgs& g);
 void gemm_blas(ThreadPool& pool, const GemmArgs& g);
 
 void matmul(ThreadPool& pool, const GemmArgs& g, MatmulAlgo algo);
+// B block-quantised (kQ4_1 or kQ8_0; K and ldb multiples of 32): A's rows are quantised to
+// 8 bits and multiplied with integer dot products, as llama.cpp does (quant.hpp, quant.cpp).
+void quant_matmul(ThreadPool& pool, const GemmArgs& g);
 
 // Elementwise ops on validated matrix views (see ops.hpp for the semantics).
 void add_bias(ThreadPool& pool, const TensorView& y, const TensorView& bias);

@@ -5,6 +5,7 @@
 
 #include "cpu/cpu_ops.hpp"
 #include "cpu/simd.hpp"
+#include "trellis/kernels/quant.hpp"
 
 namespace trellis::kernels::cpu {
 namespace {
@@ -99,6 +100,19 @@ void softmax_rows(ThreadPool& pool, const TensorView& x) {
 void embedding(ThreadPool& pool, const TensorView& table, std::span<const std::int32_t> tokens,
                std::int64_t vocab_begin, const TensorView& out) {
   const std::int64_t d = table.cols(), v = table.rows();
+  if (is_quantized(table.dtype)) {  // a GGUF table kept quantised: dequantise the looked-up rows
+    pool.parallel_for(static_cast<std::int64_t>(tokens.size()), [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t t = lo; t < hi; ++t) {
+        std::int64_t id = tokens[static_cast<std::size_t>(t)] - vocab_begin;
+        float* o = row(out, t);
+        if (id < 0 || id >= v)
+          std::fill(o, o + d, 0.0f);
+        else
+          dequantize_row(table.dtype, table.row_ptr(id), o, d);
+      }
+    }, row_grain(d));
+    return;
+  }
   dispatch_dtype(table.dtype, "embedding", [&]<typename E>() {
     pool.parallel_for(static_cast<std::int64_t>(tokens.size()), [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t t = lo; t < hi; ++t) {

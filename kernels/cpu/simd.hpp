@@ -113,8 +113,10 @@ decltype(auto) dispatch_dtype(DType t, const char* op, F&& f) {
     case DType::kF32: return f.template operator()<F32>();
     case DType::kBF16: return f.template operator()<BF16>();
     case DType::kF16: return f.template operator()<F16>();
+    case DType::kQ4_1:
+    case DType::kQ8_0: break;  // block types: only matmul and embedding take them (quant.cpp)
   }
-  throw_error(ErrorCode::kUnsupported, "{}: dtype {} is not supported on the CPU", op, static_cast<int>(t));
+  throw_error(ErrorCode::kUnsupported, "{}: dtype {} is not supported on the CPU", op, to_string(t));
 }
 
 }  // namespace trellis::kernels::cpu

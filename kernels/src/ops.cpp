@@ -47,6 +47,9 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
   if (opt.algo == MatmulAlgo::kGemv && a.rows() > cpu::kGemvMaxRows)
     throw_error(ErrorCode::kInvalidArgument, "matmul: the gemv algorithm takes at most {} rows; input {} has {}",
                 cpu::kGemvMaxRows, a.describe(), a.rows());
+  if (is_quantized(b.dtype) && (b.cols() % 32 != 0 || b.row_stride() % 32 != 0))
+    throw_error(ErrorCode::kInvalidArgument, "matmul: quantised weight {} must have whole 32-element blocks per row",
+                b.describe());
   need_cpu(ctx, op);
   if (a.rows() == 0 || b.rows() == 0) return;
   if (a.cols() == 0) {  // an empty sum: y = beta * y (BLAS rejects K = 0 with lda = 0)
@@ -68,6 +71,10 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
   g.c = c.ptr<float>();
   g.ldc = c.row_stride();
   g.beta = opt.beta;
+  if (is_quantized(b.dtype)) {
+    cpu::quant_matmul(ctx.pool(), g);  // one algorithm: llama.cpp's arithmetic, whatever opt.algo says
+    return;
+  }
   cpu::matmul(ctx.pool(), g, opt.algo);
 }
 

@@ -21,6 +21,8 @@ std::string_view to_string(DType t) {
     case DType::kF32: return "f32";
     case DType::kBF16: return "bf16";
     case DType::kF16: return "f16";
+    case DType::kQ4_1: return "q4_1";
+    case DType::kQ8_0: return "q8_0";
   }
   return "unknown-dtype";
 }
@@ -37,8 +39,25 @@ std::size_t dtype_size(DType t) {
     case DType::kF32: return 4;
     case DType::kBF16:
     case DType::kF16: return 2;
+    case DType::kQ4_1:
+    case DType::kQ8_0:
+      throw_error(ErrorCode::kUnsupported, "dtype_size: {} is a block type (32 elements per block)", to_string(t));
   }
   throw_error(ErrorCode::kUnsupported, "dtype_size: unknown dtype {}", static_cast<int>(t));
+}
+
+bool is_quantized(DType t) { return t == DType::kQ4_1 || t == DType::kQ8_0; }
+
+std::int64_t dtype_block_elems(DType t) { return is_quantized(t) ? 32 : 1; }
+
+std::size_t dtype_bytes(DType t, std::int64_t n) {
+  // Block sizes of ggml's formats: Q4_1 = f16 d, f16 m, 16 nibble bytes; Q8_0 = f16 d, 32 int8.
+  if (t == DType::kQ4_1 || t == DType::kQ8_0) {
+    if (n % 32 != 0)
+      throw_error(ErrorCode::kInvalidArgument, "{}: {} elements are not whole 32-element blocks", to_string(t), n);
+    return static_cast<std::size_t>(n / 32) * (t == DType::kQ4_1 ? 20u : 34u);
+  }
+  return static_cast<std::size_t>(n) * dtype_size(t);
 }
 
 TensorView TensorView::vector(const void* data, DType t, std::int64_t n, Device d) {
@@ -135,7 +154,7 @@ TensorView TensorView::slice_rows(std::int64_t begin, std::int64_t count) const 
   if (ndim < 1 || begin < 0 || count < 0 || begin + count > shape[0])
     throw_error(ErrorCode::kInvalidArgument, "{}: rows [{}, {}) out of range", describe(), begin, begin + count);
   TensorView v = *this;
-  v.data = static_cast<std::byte*>(data) + static_cast<std::size_t>(begin * stride[0]) * element_size();
+  v.data = static_cast<std::byte*>(data) + dtype_bytes(dtype, begin * stride[0]);
   v.shape[0] = count;
   return v;
 }
@@ -144,13 +163,13 @@ TensorView TensorView::slice_cols(std::int64_t begin, std::int64_t count) const 
   if (ndim != 2 || begin < 0 || count < 0 || begin + count > shape[1])
     throw_error(ErrorCode::kInvalidArgument, "{}: columns [{}, {}) out of range", describe(), begin, begin + count);
   TensorView v = *this;
-  v.data = static_cast<std::byte*>(data) + static_cast<std::size_t>(begin * stride[1]) * element_size();
+  v.data = static_cast<std::byte*>(data) + dtype_bytes(dtype, begin * stride[1]);
   v.shape[1] = count;
   return v;
 }
 
 void* TensorView::row_ptr(std::int64_t r) const {
-  return static_cast<std::byte*>(data) + static_cast<std::size_t>(r * row_stride()) * element_size();
+  return static_cast<std::byte*>(data) + dtype_bytes(dtype, r * row_stride());
 }
 
 std::string TensorView::describe() const {
@@ -173,7 +192,10 @@ Tensor Tensor::empty(DType t, std::span<const std::int64_t> shape, Device d) {
     throw_error(ErrorCode::kUnsupported, "Tensor::empty: device {} is not built in this kernels library", to_string(d));
   Tensor out;
   out.view_ = TensorView::contiguous(nullptr, t, shape, d);
-  std::size_t bytes = static_cast<std::size_t>(out.view_.numel()) * dtype_size(t);
+  if (is_quantized(t) && out.view_.cols() % 32 != 0)
+    throw_error(ErrorCode::kInvalidArgument, "Tensor::empty: rows of {} elements are not whole {} blocks of 32",
+                out.view_.cols(), to_string(t));
+  std::size_t bytes = dtype_bytes(t, out.view_.numel());
   std::size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded > 0) {
     void* p = std::aligned_alloc(64, rounded);

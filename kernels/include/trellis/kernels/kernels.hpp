@@ -6,5 +6,6 @@
 #include "trellis/kernels/context.hpp"
 #include "trellis/kernels/library.hpp"
 #include "trellis/kernels/ops.hpp"
+#include "trellis/kernels/quant.hpp"
 #include "trellis/kernels/rope.hpp"
 #include "trellis/kernels/tensor.hpp"

@@ -35,6 +35,9 @@ struct MatmulOptions {
 
 // y[M,N] = x[M,K] * w[N,K]^T, the linear layer with weights stored [out, in].
 //  x: f32; w: f32, bf16 or f16; y: f32. Accumulation in f32.
+//  w may also be block-quantised (kQ4_1, kQ8_0; K a multiple of 32): then x is quantised to
+//  8 bits per block and the products are integer dot products, as llama.cpp computes them
+//  (quant.hpp); opt.algo is ignored.
 //  Small M (decode) takes the memory-bound path that streams w once for all rows of x;
 //  large M (prefill) takes the GEMM path. kernels/README.md says which code runs each case
 //  and why. y must not alias x or w.
@@ -63,7 +66,7 @@ void softmax_rows(const Context& ctx, const TensorView& x);
 // out[i, :] = table[tokens[i] - vocab_begin, :] converted to f32, or zeros when the token is
 // outside [vocab_begin, vocab_begin + table.rows()) — the vocabulary-parallel embedding of
 // Megatron (each rank holds a slice; the all-reduce of the outputs completes the lookup).
-// table: [V_local, D] f32, bf16 or f16. out: [tokens.size(), D] f32. A negative token throws.
+// table: [V_local, D] f32, bf16, f16 or block-quantised (rows dequantised exactly). out: [tokens.size(), D] f32. A negative token throws.
 void embedding(const Context& ctx, const TensorView& table, std::span<const std::int32_t> tokens,
                std::int64_t vocab_begin, const TensorView& out);
 

@@ -30,17 +30,27 @@ namespace trellis::kernels {
 
 enum class Device : std::uint8_t { kCpu, kCuda };
 
-// Element types. Quantized block types (Q4_1, Q8_0, ...) will be appended after kF16; code
-// that switches on DType must keep a default that throws kUnsupported.
-enum class DType : std::uint8_t { kF32, kBF16, kF16 };
+// Element types. After the plain types come ggml's block-quantised weight types (32 elements
+// per block, see quant.hpp): kQ4_1 and kQ8_0. Only matmul weights and embedding tables may be
+// quantised; every other op rejects them. Code that switches on DType must keep a default
+// that throws kUnsupported.
+enum class DType : std::uint8_t { kF32, kBF16, kF16, kQ4_1, kQ8_0 };
 
 std::string_view to_string(Device d);
 std::string_view to_string(DType t);
 // "f32"/"float32", "bf16"/"bfloat16", "f16"/"float16"/"half" (case-sensitive). Throws
 // ErrorCode::kInvalidArgument naming `what` (e.g. "--dtype") for anything else.
 DType parse_dtype(std::string_view text, std::string_view what = "dtype");
-// Bytes per element.
+// Bytes per element of a plain type; throws kUnsupported for a block type (use dtype_bytes).
 std::size_t dtype_size(DType t);
+// True for the block-quantised types (kQ4_1, kQ8_0).
+bool is_quantized(DType t);
+// Elements per block: 1 for plain types, 32 for the quantised ones.
+std::int64_t dtype_block_elems(DType t);
+// Bytes of n consecutive elements; for a block type n must be a whole number of blocks
+// (throws kInvalidArgument otherwise). Views of block types keep shapes and strides in
+// elements, so their column counts, row strides and slice offsets are multiples of 32.
+std::size_t dtype_bytes(DType t, std::int64_t n);
 
 inline constexpr int kMaxDims = 4;
 

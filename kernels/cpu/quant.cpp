@@ -1,0 +1,260 @@
+// Quantised blocks (quant.hpp): activation quantisation, integer dot products and the matmul
+// with Q4_1 / Q8_0 weights, computed as llama.cpp's CPU backend computes them.
+//
+// The SIMD paths use 256-bit integer ops: AVX2's maddubs (u8 x s8 -> s16 pairs, which cannot
+// saturate here: 15 * 127 * 2 and 127 * 128 * 2 both fit) then madd with ones to s32, or one
+// VNNI dpbusd where the CPU has it. Both give the exact integer block sums, so they differ from
+// the scalar reference only in the f32 order of adding block results (acc lanes, then summed).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#if defined(__AVX2__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+#include "cpu/cpu_ops.hpp"
+#include "trellis/core/error.hpp"
+#include "trellis/kernels/quant.hpp"
+
+namespace trellis::kernels {
+
+// ---- scalar specification --------------------------------------------------------------
+
+namespace ref {
+namespace {
+
+// The 8-bit quantisation shared by Q8_0 and Q8_1: d = amax / 127, and the elements are
+// scaled by 127 / amax (not 1 / d: ggml's x86 path multiplies by 127 / amax, and the two can
+// differ in the last bit) and rounded to nearest, ties to even. Returns d (as f32).
+float quantize_block_8(const float* x, std::int8_t* q) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<std::int8_t>(std::nearbyint(x[j] * id));
+  return d;
+}
+
+}  // namespace
+
+void quantize_row_q8_1(const float* x, BlockQ8_1* y, std::int64_t k) {
+  for (std::int64_t b = 0; b < k / kQuantBlock; ++b) {
+    const float d = quantize_block_8(x + b * kQuantBlock, y[b].qs);
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) sum += y[b].qs[j];
+    y[b].d = f32_to_f16(d);
+    y[b].s = f32_to_f16(d * static_cast<float>(sum));
+  }
+}
+
+void quantize_row_q8_0(const float* x, BlockQ8_0* y, std::int64_t k) {
+  for (std::int64_t b = 0; b < k / kQuantBlock; ++b) y[b].d = f32_to_f16(quantize_block_8(x + b * kQuantBlock, y[b].qs));
+}
+
+float vec_dot_q4_1_q8_1(const BlockQ4_1* w, const BlockQ8_1* x, std::int64_t n_blocks) {
+  float sum = 0.0f;
+  for (std::int64_t b = 0; b < n_blocks; ++b) {
+    int sumi = 0;
+    for (int j = 0; j < 16; ++j)
+      sumi += (w[b].qs[j] & 15) * x[b].qs[j] + (w[b].qs[j] >> 4) * x[b].qs[j + 16];
+    sum += f16_to_f32(w[b].d) * f16_to_f32(x[b].d) * static_cast<float>(sumi) + f16_to_f32(w[b].m) * f16_to_f32(x[b].s);
+  }
+  return sum;
+}
+
+float vec_dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, std::int64_t n_blocks) {
+  float sum = 0.0f;
+  for (std::int64_t b = 0; b < n_blocks; ++b) {
+    int sumi = 0;
+    for (int j = 0; j < 32; ++j) sumi += w[b].qs[j] * x[b].qs[j];
+    sum += f16_to_f32(w[b].d) * f16_to_f32(x[b].d) * static_cast<float>(sumi);
+  }
+  return sum;
+}
+
+}  // namespace ref
+
+void quantize_row_q4_1(const float* x, BlockQ4_1* y, std::int64_t k) {
+  for (std::int64_t b = 0; b < k / kQuantBlock; ++b) {
+    const float* v = x + b * kQuantBlock;
+    const float mn = *std::min_element(v, v + 32), mx = *std::max_element(v, v + 32);
+    const float d = (mx - mn) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = f32_to_f16(d);
+    y[b].m = f32_to_f16(mn);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = std::min(15, static_cast<int>((v[j] - mn) * id + 0.5f));
+      const int hi = std::min(15, static_cast<int>((v[j + 16] - mn) * id + 0.5f));
+      y[b].qs[j] = static_cast<std::uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+// Activation quantisation has no faster path: it is O(K) per row against O(N K) for the
+// product, and the scalar code is exactly the specification.
+void quantize_row_q8_1(const float* x, BlockQ8_1* y, std::int64_t k) { ref::quantize_row_q8_1(x, y, k); }
+void quantize_row_q8_0(const float* x, BlockQ8_0* y, std::int64_t k) { ref::quantize_row_q8_0(x, y, k); }
+
+void dequantize_row(DType t, const void* src, float* dst, std::int64_t k) {
+  switch (t) {
+    case DType::kQ4_1: {
+      const auto* b = static_cast<const BlockQ4_1*>(src);
+      for (std::int64_t i = 0; i < k / kQuantBlock; ++i, dst += kQuantBlock) {
+        const float d = f16_to_f32(b[i].d), m = f16_to_f32(b[i].m);
+        for (int j = 0; j < 16; ++j) {
+          dst[j] = static_cast<float>(b[i].qs[j] & 15) * d + m;
+          dst[j + 16] = static_cast<float>(b[i].qs[j] >> 4) * d + m;
+        }
+      }
+      return;
+    }
+    case DType::kQ8_0: {
+      const auto* b = static_cast<const BlockQ8_0*>(src);
+      for (std::int64_t i = 0; i < k / kQuantBlock; ++i, dst += kQuantBlock) {
+        const float d = f16_to_f32(b[i].d);
+        for (int j = 0; j < 32; ++j) dst[j] = static_cast<float>(b[i].qs[j]) * d;
+      }
+      return;
+    }
+    case DType::kF32: std::copy_n(static_cast<const float*>(src), k, dst); return;
+    case DType::kBF16:
+      for (std::int64_t i = 0; i < k; ++i) dst[i] = bf16_to_f32(static_cast<const std::uint16_t*>(src)[i]);
+      return;
+    case DType::kF16:
+      for (std::int64_t i = 0; i < k; ++i) dst[i] = f16_to_f32(static_cast<const std::uint16_t*>(src)[i]);
+      return;
+  }
+  throw_error(ErrorCode::kUnsupported, "dequantize_row: unknown dtype {}", static_cast<int>(t));
+}
+
+// ---- SIMD dot products -----------------------------------------------------------------
+
+namespace {
+
+#if defined(__AVX2__)
+// 8 s32 lanes whose sum is sum_j u[j] * s[j] (u unsigned 0..255 bytes, s signed bytes).
+inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+inline float hsum8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+// The 32 nibbles of a Q4_1 block as bytes 0..15 in element order (low nibbles, then high).
+inline __m256i unpack_q4(const std::uint8_t* qs) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(15));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15));
+  return _mm256_set_m128i(hi, lo);
+}
+
+inline __m256i load32(const std::int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+#endif
+
+}  // namespace
+
+float vec_dot_q4_1_q8_1(const BlockQ4_1* w, const BlockQ8_1* x, std::int64_t n_blocks) {
+#if defined(__AVX2__)
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0.0f;
+  for (std::int64_t b = 0; b < n_blocks; ++b) {
+    const float dd = f16_to_f32(w[b].d) * f16_to_f32(x[b].d);
+    mins += f16_to_f32(w[b].m) * f16_to_f32(x[b].s);
+    const __m256i s = dot_u8s8(unpack_q4(w[b].qs), load32(x[b].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(s), acc);
+  }
+  return hsum8(acc) + mins;
+#else
+  return ref::vec_dot_q4_1_q8_1(w, x, n_blocks);
+#endif
+}
+
+float vec_dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, std::int64_t n_blocks) {
+#if defined(__AVX2__)
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < n_blocks; ++b) {
+    const __m256i wq = load32(w[b].qs), xq = load32(x[b].qs);
+    // |w| x (x with w's sign): an unsigned-by-signed product with the same value per byte.
+    const __m256i s = dot_u8s8(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+    const float dd = f16_to_f32(w[b].d) * f16_to_f32(x[b].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(s), acc);
+  }
+  return hsum8(acc);
+#else
+  return ref::vec_dot_q8_0_q8_0(w, x, n_blocks);
+#endif
+}
+
+const char* quant_dot_path() {
+#if defined(__AVX2__) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+  return "avx-vnni";
+#elif defined(__AVX2__)
+  return "avx2";
+#else
+  return "scalar";
+#endif
+}
+
+// ---- matmul ----------------------------------------------------------------------------
+
+namespace cpu {
+namespace {
+
+// C rows [m_begin, m_end) x cols [n_begin, n_end) from quantised A rows (xq) and weights.
+template <typename WB, typename XB, float (*Dot)(const WB*, const XB*, std::int64_t)>
+void quant_tile(const GemmArgs& g, const XB* xq, std::int64_t n_begin, std::int64_t n_end) {
+  const std::int64_t nb = g.k / kQuantBlock, wstride = g.ldb / kQuantBlock;
+  const auto* w = static_cast<const WB*>(g.b);
+  // Weight rows outer: one row (K / 32 blocks, under 2 KiB for K <= 3072) stays in L1 while
+  // every activation row meets it, so each weight byte comes from memory once per call.
+  for (std::int64_t n = n_begin; n < n_end; ++n)
+    for (std::int64_t i = 0; i < g.m; ++i) {
+      float& c = g.c[i * g.ldc + n];
+      const float v = Dot(w + n * wstride, xq + i * nb, nb);
+      c = g.beta == 0.0f ? v : v + g.beta * c;
+    }
+}
+
+template <typename WB, typename XB, void (*Quantize)(const float*, XB*, std::int64_t),
+          float (*Dot)(const WB*, const XB*, std::int64_t)>
+void quant_matmul_as(ThreadPool& pool, const GemmArgs& g) {
+  const std::int64_t nb = g.k / kQuantBlock;
+  thread_local std::vector<XB> xq;
+  xq.resize(static_cast<std::size_t>(g.m * nb));
+  XB* xp = xq.data();
+  pool.parallel_for(g.m, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) Quantize(g.a + i * g.lda, xp + i * nb, g.k);
+  }, std::max<std::int64_t>(1, 8192 / g.k));
+  // Chunks of weight rows sized so that each is ~32 KiB of work per activation row.
+  const std::int64_t grain = std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(1, g.k * g.m / 4));
+  pool.parallel_for(g.n, [&](std::int64_t lo, std::int64_t hi) { quant_tile<WB, XB, Dot>(g, xp, lo, hi); }, grain);
+}
+
+}  // namespace
+
+void quant_matmul(ThreadPool& pool, const GemmArgs& g) {
+  switch (g.b_type) {
+    case DType::kQ4_1:
+      return quant_matmul_as<BlockQ4_1, BlockQ8_1, &quantize_row_q8_1, &vec_dot_q4_1_q8_1>(pool, g);
+    case DType::kQ8_0:
+      return quant_matmul_as<BlockQ8_0, BlockQ8_0, &quantize_row_q8_0, &vec_dot_q8_0_q8_0>(pool, g);
+    default: break;
+  }
+  throw_error(ErrorCode::kUnsupported, "matmul: weights of dtype {} are not block-quantised", to_string(g.b_type));
+}
+
+}  // namespace cpu
+}  // namespace trellis::kernels
