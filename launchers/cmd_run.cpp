@@ -68,7 +68,7 @@ int run_generate(Session& s, RunOptions& o) {
 Action define_run(CLI::App& sub) {
   auto o = std::make_shared<RunOptions>();
   auto& g = o->gen;
-  sub.add_option("--model", g.model_dir, "Checkpoint directory (config.json + safetensors)");
+  sub.add_option("--model", g.model_dir, "Checkpoint: a directory (config.json + safetensors) or a .gguf file");
   sub.add_option("--preset", g.preset, "Without --model: a synthetic model generated in memory (see make-model)")
       ->capture_default_str();
   sub.add_option("--variant", g.variant,
@@ -78,6 +78,10 @@ Action define_run(CLI::App& sub) {
   sub.add_option("--pp", g.pp, "Pipeline stages")->check(CLI::PositiveNumber)->capture_default_str();
   sub.add_option("--tp", g.tp, "Tensor-parallel ranks per stage")->check(CLI::PositiveNumber)->capture_default_str();
   auto* prompts = sub.add_option("--prompts", g.prompts, "Prompts file (JSONL: tokens or text, per-request sampling)");
+  sub.add_flag("--chat", g.chat,
+               "Text prompts are user messages: apply the model's ChatML chat template (GGUF metadata), stop at "
+               "end of turn, write the answer's text to --out")
+      ->needs(prompts);
   sub.add_option("--workload", g.workload, "Synthetic workload: n=256,in=128,out=128[,seed=S]")
       ->capture_default_str()
       ->excludes(prompts);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -19,6 +20,7 @@
 #include "trellis/runtime/engine/llama_stage.hpp"
 #include "trellis/runtime/model/llama.hpp"
 #include "trellis/runtime/model/synthetic.hpp"
+#include "trellis/runtime/tokenizer/tokenizer.hpp"
 #include "trellis/topology/discovery.hpp"
 #include "trellis/topology/placement.hpp"
 #include "trellis/transport/collectives.hpp"
@@ -100,12 +102,14 @@ std::string make_job_token(transport::Bootstrap& world, Deadline deadline) {
 
 // Rank 0 reads the workload; a bad file becomes the same error on every rank.
 std::vector<Request> load_workload(transport::Bootstrap& world, const GenerateOptions& o, int vocab, Deadline dl,
-                                   std::string& source) {
+                                   std::string& source, std::optional<Tokenizer>& tokenizer) {
   Workload w;
   std::string err;
   if (world.rank() == 0) {
     try {
-      if (!o.prompts.empty()) w = read_prompts(o.prompts, vocab);
+      // Text prompts through the model's own tokenizer (GGUF), else the byte tokenizer.
+      if (!o.prompts.empty()) tokenizer = Tokenizer::for_model(o.model_dir);
+      if (!o.prompts.empty()) w = read_prompts(o.prompts, vocab, {tokenizer ? &*tokenizer : nullptr, o.chat});
       else w = make_synthetic(parse_synthetic_spec(o.workload, "--workload"), vocab);
     } catch (const Error& e) {
       err = e.what();
@@ -120,7 +124,8 @@ std::vector<Request> load_workload(transport::Bootstrap& world, const GenerateOp
   return std::move(w.requests);
 }
 
-void write_outputs(const std::string& path, const std::vector<Request>& reqs, const std::vector<RequestResult>& res) {
+void write_outputs(const std::string& path, const std::vector<Request>& reqs, const std::vector<RequestResult>& res,
+                   const TextOptions& text) {
   std::ofstream f(path);
   if (!f) throw_error(ErrorCode::kIo, "--out {}: cannot be written", path);
   for (const auto& r : res) {
@@ -129,7 +134,7 @@ void write_outputs(const std::string& path, const std::vector<Request>& reqs, co
                         {"status", r.status == RequestStatus::kFinished ? "ok" : "failed"},
                         {"reason", r.reason},
                         {"tokens", r.output}};
-    if (q.from_text) j["text"] = ByteTokenizer::decode(r.output);
+    if (q.from_text) j["text"] = decode_text(r.output, text);
     f << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
 }
@@ -230,7 +235,8 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   sc.kv_budget_tokens = std::min<std::int64_t>(static_cast<std::int64_t>(tokens),
                                                static_cast<std::int64_t>(lo.max_slots) * sc.max_context);
   std::string source;
-  auto requests = load_workload(world, o, static_cast<int>(cfg.vocab_size), setup, source);
+  std::optional<Tokenizer> tokenizer;  // rank 0: decodes text outputs
+  auto requests = load_workload(world, o, static_cast<int>(cfg.vocab_size), setup, source, tokenizer);
   eo.job = make_job_token(world, setup);
   if (me == 0)
     spdlog::info("trellis run: pp={} tp={} model {} ({} layers, hidden {}), {} requests, KV budget {} positions/rank",
@@ -275,7 +281,7 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
     write_chrome_trace(o.trace, labels, evs);
     s.trace_path = o.trace;
   }
-  if (!o.out.empty()) write_outputs(o.out, requests, result.results);
+  if (!o.out.empty()) write_outputs(o.out, requests, result.results, {tokenizer ? &*tokenizer : nullptr, o.chat});
   return rep;
 }
 

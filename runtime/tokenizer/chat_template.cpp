@@ -38,15 +38,45 @@ std::string default_system_block(const std::string& tpl) {
   return out;
 }
 
+// The template text with spaces removed, double quotes as single quotes and real newlines
+// as the two characters \n, so that the ChatML pieces can be matched however a template
+// spells them.
+std::string normalise(const std::string& tpl) {
+  std::string out;
+  for (char c : tpl) {
+    if (c == ' ' || c == '\t') continue;
+    if (c == '\n') out += "\\n";
+    else out += c == '"' ? '\'' : c;
+  }
+  return out;
+}
+
+// Whether the template is the ChatML form rendered below: every message as
+// <|im_start|>{role}\n{content}<|im_end|>\n, and (when one is asked for) the assistant
+// header as generation prompt. Templates with extra logic (tools, role checks that raise,
+// reasoning blocks) are not.
+bool is_plain_chatml(const std::string& tpl, bool generation_prompt) {
+  const std::string n = normalise(tpl);
+  const bool message = n.find("'<|im_start|>'+message['role']+'\\n'+message['content']+'<|im_end|>'") !=
+                           std::string::npos ||
+                       n.find("'<|im_start|>'+message.role+'\\n'+message.content+'<|im_end|>'") != std::string::npos;
+  const bool header = !generation_prompt || n.find("<|im_start|>assistant\\n") != std::string::npos;
+  const bool extra = n.find("tools") != std::string::npos || n.find("raise_exception") != std::string::npos ||
+                     n.find("<think>") != std::string::npos;
+  return message && header && !extra;
+}
+
 }  // namespace
 
 std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>& messages,
                                            bool add_generation_prompt) const {
   const std::string& tpl = chat_template();
   if (tpl.empty()) throw_error(ErrorCode::kUnsupported, "the model has no tokenizer.chat_template");
-  if (tpl.find("<|im_start|>") == std::string::npos)
-    throw_error(ErrorCode::kUnsupported, "chat template is not ChatML (trellis renders ChatML only): '{}'",
-                tpl.substr(0, 80));
+  if (!is_plain_chatml(tpl, add_generation_prompt))
+    throw_error(ErrorCode::kUnsupported,
+                "tokenizer.chat_template is not the plain ChatML form trellis renders "
+                "(<|im_start|>role\\ncontent<|im_end|>\\n, no tools): '{}{}'",
+                tpl.substr(0, 160), tpl.size() > 160 ? "..." : "");
   std::string out;
   if (!messages.empty() && messages[0].role != "system") out += default_system_block(tpl);
   for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";

@@ -96,6 +96,19 @@ std::int32_t token_id(const gguf::GgufFile& f, const char* key, std::size_t n) {
 
 Tokenizer Tokenizer::from_gguf(const std::filesystem::path& path) { return from_gguf(*gguf::GgufFile::open(path)); }
 
+std::optional<Tokenizer> Tokenizer::for_model(const std::filesystem::path& model) {
+  namespace fs = std::filesystem;
+  if (model.empty()) return std::nullopt;
+  if (fs::is_regular_file(model) && model.extension() == ".gguf") return from_gguf(model);
+  // A directory: safetensors first, then the first *.gguf, the order open_checkpoint uses.
+  if (!fs::is_directory(model) || fs::exists(model / "model.safetensors") ||
+      fs::exists(model / "model.safetensors.index.json"))
+    return std::nullopt;
+  for (const auto& e : fs::directory_iterator(model))
+    if (e.path().extension() == ".gguf") return from_gguf(e.path());
+  return std::nullopt;
+}
+
 Tokenizer Tokenizer::from_gguf(const gguf::GgufFile& f) {
   auto m = std::make_unique<Impl>();
   m->file = f.name();
@@ -142,8 +155,16 @@ Tokenizer Tokenizer::from_gguf(const gguf::GgufFile& f) {
   m->eos = token_id(f, "tokenizer.ggml.eos_token_id", n);
   if (const gguf::Value* v = f.find("tokenizer.ggml.add_bos_token")) m->add_bos = v->as_bool("add_bos_token");
   if (m->eos >= 0) m->stops.push_back(m->eos);
+  // End-of-turn / end-of-message ids, when the file names them (llama.cpp's EOG set).
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+    if (f.find(key))
+      if (std::int32_t id = token_id(f, key, n); id >= 0 && id != m->eos) m->stops.push_back(id);
   if (auto it = m->ids.find("<|im_end|>"); it != m->ids.end() && it->second != m->eos) m->stops.push_back(it->second);
   if (auto it = m->ids.find("<|endoftext|>"); it != m->ids.end() && it->second != m->eos) m->stops.push_back(it->second);
+  for (std::size_t i = 1; i < m->stops.size(); ++i)  // each id once, first mention kept
+    if (std::find(m->stops.begin(), m->stops.begin() + static_cast<std::ptrdiff_t>(i), m->stops[i]) !=
+        m->stops.begin() + static_cast<std::ptrdiff_t>(i))
+      m->stops.erase(m->stops.begin() + static_cast<std::ptrdiff_t>(i--));
   if (const gguf::Value* v = f.find("tokenizer.chat_template")) m->chat_template = v->as_string("chat_template");
   return Tokenizer(std::move(m));
 }

@@ -1,5 +1,6 @@
 #include "trellis/runtime/workload/workload.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -98,8 +99,37 @@ std::string parse_sampling(const json& s, SamplingParams& p) {
   return {};
 }
 
+// The prompt of a "text" or "messages" line, as token ids (see TextOptions).
+template <typename Bad>
+std::vector<std::int32_t> encode_text(const json& j, const TextOptions& text, Bad&& bad) {
+  if (j.contains("messages") && !text.chat) bad("\"messages\" needs --chat (a chat model's template)");
+  if (!text.chat) {
+    if (!j["text"].is_string()) bad("\"text\" must be a string");
+    const auto s = j["text"].get<std::string>();
+    return text.tokenizer ? text.tokenizer->encode(s, false, text.tokenizer->add_bos_default())
+                          : ByteTokenizer::encode(s);
+  }
+  std::vector<ChatMessage> msgs;
+  if (j.contains("text")) {
+    if (!j["text"].is_string()) bad("\"text\" must be a string");
+    msgs.push_back({"user", j["text"].get<std::string>()});
+  } else {
+    const json& m = j["messages"];
+    if (!m.is_array() || m.empty()) bad("\"messages\" must be a non-empty list of {\"role\", \"content\"}");
+    for (const auto& e : m) {
+      if (!e.is_object() || !e.contains("role") || !e.contains("content") || !e["role"].is_string() ||
+          !e["content"].is_string())
+        bad(fmt::format("message {} is not {{\"role\": string, \"content\": string}}", e.dump()));
+      msgs.push_back({e["role"].get<std::string>(), e["content"].get<std::string>()});
+    }
+  }
+  // The rendered conversation carries its own <|im_start|> markers: special tokens parsed,
+  // no extra BOS (ChatML starts with <|im_start|>, which is SmolLM2's BOS).
+  return text.tokenizer->encode(text.tokenizer->apply_chat_template(msgs, true), true, false);
+}
+
 Request parse_line(const std::string& line, std::string_view name, int lineno, int vocab_size,
-                   std::int64_t index) {
+                   std::int64_t index, const TextOptions& text) {
   auto bad = [&](std::string_view why) {
     throw_error(ErrorCode::kInvalidArgument, "{}:{}: {}", name, lineno, why);
   };
@@ -110,11 +140,10 @@ Request parse_line(const std::string& line, std::string_view name, int lineno, i
   r.id = index;
   r.name = fmt::format("{}", index);
   if (auto it = j.find("id"); it != j.end()) r.name = it->is_string() ? it->get<std::string>() : it->dump();
-  bool has_tokens = j.contains("tokens"), has_text = j.contains("text");
-  if (has_tokens == has_text) bad("needs exactly one of \"tokens\" (a list of ids) or \"text\"");
-  if (has_text) {
-    if (!j["text"].is_string()) bad("\"text\" must be a string");
-    r.prompt = ByteTokenizer::encode(j["text"].get<std::string>());
+  const int kinds = int{j.contains("tokens")} + int{j.contains("text")} + int{j.contains("messages")};
+  if (kinds != 1) bad("needs exactly one of \"tokens\" (a list of ids), \"text\" or \"messages\"");
+  if (!j.contains("tokens")) {
+    r.prompt = encode_text(j, text, bad);
     r.from_text = true;
   } else {
     const auto& t = j["tokens"];
@@ -129,9 +158,14 @@ Request parse_line(const std::string& line, std::string_view name, int lineno, i
   }
   if (r.prompt.empty()) bad("the prompt is empty");
   for (auto it = j.begin(); it != j.end(); ++it)
-    if (it.key() != "id" && it.key() != "tokens" && it.key() != "text" && it.key() != "sampling")
-      bad(fmt::format("unknown field \"{}\" (expected id, tokens, text, sampling)", it.key()));
+    if (it.key() != "id" && it.key() != "tokens" && it.key() != "text" && it.key() != "messages" &&
+        it.key() != "sampling")
+      bad(fmt::format("unknown field \"{}\" (expected id, tokens, text, messages, sampling)", it.key()));
   if (auto it = j.find("sampling"); it != j.end()) r.error = parse_sampling(*it, r.sampling);
+  if (text.chat && r.from_text)  // end of turn ends the answer
+    for (std::int32_t id : text.tokenizer->stop_ids())
+      if (std::find(r.sampling.stop_ids.begin(), r.sampling.stop_ids.end(), id) == r.sampling.stop_ids.end())
+        r.sampling.stop_ids.push_back(id);
   if (r.error.empty())
     if (auto why = validate(r.sampling, vocab_size)) r.error = *why;
   if (!r.error.empty()) r.error = fmt::format("{}:{}: {}", name, lineno, r.error);
@@ -140,7 +174,12 @@ Request parse_line(const std::string& line, std::string_view name, int lineno, i
 
 }  // namespace
 
-Workload parse_prompts(std::istream& in, std::string_view name, int vocab_size) {
+Workload parse_prompts(std::istream& in, std::string_view name, int vocab_size, const TextOptions& text) {
+  if (text.chat && text.tokenizer == nullptr)
+    throw_error(ErrorCode::kInvalidArgument,
+                "{}: --chat needs the model's tokenizer and chat template (a GGUF model such as SmolLM2); "
+                "this model has none", name);
+  if (text.chat) text.tokenizer->apply_chat_template({{"user", ""}});  // kUnsupported names a non-ChatML template
   Workload w;
   w.source = std::string(name);
   std::string line;
@@ -150,16 +189,20 @@ Workload parse_prompts(std::istream& in, std::string_view name, int vocab_size) 
     auto t = trim(line);
     if (t.empty() || t.front() == '#') continue;
     w.requests.push_back(parse_line(std::string(t), name, lineno, vocab_size,
-                                    static_cast<std::int64_t>(w.requests.size())));
+                                    static_cast<std::int64_t>(w.requests.size()), text));
   }
   if (w.requests.empty()) throw_error(ErrorCode::kInvalidArgument, "{}: no prompts in the file", name);
   return w;
 }
 
-Workload read_prompts(const std::string& path, int vocab_size) {
+Workload read_prompts(const std::string& path, int vocab_size, const TextOptions& text) {
   std::ifstream f(path);
   if (!f) throw_error(ErrorCode::kNotFound, "prompts file {} cannot be opened", path);
-  return parse_prompts(f, path, vocab_size);
+  return parse_prompts(f, path, vocab_size, text);
+}
+
+std::string decode_text(const std::vector<std::int32_t>& ids, const TextOptions& text) {
+  return text.tokenizer ? text.tokenizer->decode(ids, true) : ByteTokenizer::decode(ids);
 }
 
 SyntheticSpec parse_synthetic_spec(std::string_view text, std::string_view what) {

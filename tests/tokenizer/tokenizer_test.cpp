@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 #include "trellis/core/error.hpp"
 #include "trellis/runtime/checkpoint/gguf_writer.hpp"
 #include "trellis/runtime/tokenizer/tokenizer.hpp"
+#include "trellis/runtime/workload/workload.hpp"
 
 namespace trellis::runtime {
 namespace {
@@ -53,7 +55,7 @@ Tokenizer tiny_tokenizer(const std::string& pre, const std::filesystem::path& di
         Value::of_string("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
                          "{{ '<|im_start|>system\\nBe brief.<|im_end|>\\n' }}{% endif %}"
                          "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
-                         "'\\n'}}{% endfor %}"));
+                         "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
   auto path = dir / ("tok_" + pre + ".gguf");
   w.write(path, [](const gguf::TensorEntry&, float*) {});
   return Tokenizer::from_gguf(path);
@@ -139,6 +141,66 @@ TEST(TokenizerSmolLM2, RealVocabulary) {
   auto ids = t.encode(chat);
   EXPECT_EQ(ids.front(), 1);
   EXPECT_EQ(ids.back(), 198);  // "\n" after "assistant" (Ċ)
+}
+
+TEST_F(TokenizerTiny, NonChatMLTemplateIsNamed) {
+  auto t = tiny_tokenizer("smollm", dir_);
+  // A Llama-3 style template: trellis does not render it and says which template it saw.
+  gguf::GgufWriter w;
+  auto f = gguf::GgufFile::open(dir_ / "tok_smollm.gguf");
+  for (const auto& [key, value] : f->metadata()) w.set(key, value);
+  w.set("tokenizer.chat_template",
+        Value::of_string("{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+                         "'<|end_header_id|>\n\n' + message['content'] + '<|eot_id|>' }}{% endfor %}"));
+  auto path = dir_ / "llama3_tpl.gguf";
+  w.write(path, [](const gguf::TensorEntry&, float*) {});
+  auto t3 = Tokenizer::from_gguf(path);
+  try {
+    t3.apply_chat_template({{"user", "Hi"}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("start_header_id"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TokenizerTiny, ChatPromptsGetTemplateAndStopIds) {
+  auto t = tiny_tokenizer("smollm", dir_);
+  std::istringstream in(
+      "{\"text\": \"Hi\", \"sampling\": {\"stop\": [7]}}\n"
+      "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"U\"}]}\n"
+      "{\"tokens\": [5, 6]}\n");
+  auto w = parse_prompts(in, "chat.jsonl", t.vocab_size(), {&t, true});
+  ASSERT_EQ(w.requests.size(), 3u);
+  EXPECT_EQ(w.requests[0].prompt, t.encode(t.apply_chat_template({{"user", "Hi"}})));
+  EXPECT_EQ(w.requests[0].sampling.stop_ids, (std::vector<std::int32_t>{7, 1}));  // user's, then EOS
+  EXPECT_EQ(w.requests[1].prompt, t.encode(t.apply_chat_template({{"system", "S"}, {"user", "U"}})));
+  EXPECT_TRUE(w.requests[0].from_text);
+  EXPECT_EQ(w.requests[2].prompt, (std::vector<std::int32_t>{5, 6}));  // token prompts as given
+  EXPECT_TRUE(w.requests[2].sampling.stop_ids.empty());
+  std::istringstream no_tok("{\"text\": \"Hi\"}\n");
+  EXPECT_THROW(parse_prompts(no_tok, "x.jsonl", 300, {nullptr, true}), Error);
+  std::istringstream msgs("{\"messages\": [{\"role\": \"user\", \"content\": \"U\"}]}\n");
+  EXPECT_THROW(parse_prompts(msgs, "x.jsonl", 300, {&t, false}), Error);
+}
+
+// Conversations rendered by jinja2 from the model's own template and tokenized by Hugging
+// Face tokenizers and llama.cpp (scripts/reference/chat_template_ids.py wrote the file).
+TEST(TokenizerSmolLM2, ChatTemplateIdsMatchPeers) {
+  const std::string path = test::smollm2_gguf_path();
+  if (path.empty()) GTEST_SKIP() << test::kNoSmollm2;
+  auto t = Tokenizer::from_gguf(std::filesystem::path(path));
+  std::ifstream in(std::string(TRELLIS_SOURCE_DIR) + "/tests/tokenizer/chat_expected.json");
+  const auto doc = nlohmann::json::parse(in);
+  ASSERT_GE(doc["cases"].size(), 2u);
+  for (const auto& c : doc["cases"]) {
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : c["messages"]) msgs.push_back({m["role"], m["content"]});
+    const std::string text = t.apply_chat_template(msgs, true);
+    EXPECT_EQ(text, c["text"].get<std::string>());
+    EXPECT_EQ(t.encode(text), c["ids"].get<std::vector<std::int32_t>>()) << text;
+  }
+  EXPECT_EQ(t.stop_ids().front(), 2);  // <|im_end|> = EOS ends a turn
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ struct GenerateOptions {
   std::uint64_t seed = 1;        // synthetic weights' seed
   int pp = 1, tp = 1;
   std::string prompts;           // JSONL prompts file, or
+  bool chat = false;             // text prompts through the model's chat template (GGUF models)
   std::string workload = "n=16,in=32,out=16";  // a synthetic workload spec
   std::string out;               // write generated tokens/text here (JSONL), if set
   std::string trace;             // write a Chrome/Perfetto trace here, if set

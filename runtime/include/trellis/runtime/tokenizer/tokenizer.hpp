@@ -41,6 +41,10 @@ class Tokenizer {
  public:
   static Tokenizer from_gguf(const gguf::GgufFile& file);
   static Tokenizer from_gguf(const std::filesystem::path& path);
+  // The tokenizer of a model given as trellis run/eval take it: a .gguf file, or a
+  // directory holding one (as open_checkpoint picks it). nullopt for other checkpoints
+  // (safetensors: they carry no tokenizer trellis reads).
+  static std::optional<Tokenizer> for_model(const std::filesystem::path& model);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

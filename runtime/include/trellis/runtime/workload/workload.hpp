@@ -6,7 +6,13 @@
 //    "top_p": 0.9, "min_p": 0.05, "greedy": false, "seed": 7, "frequency_penalty": 0.1,
 //    "presence_penalty": 0.0, "repetition_penalty": 1.1, "max_tokens": 32, "stop": [2]}}
 //   {"text": "Once upon a time", "sampling": {"greedy": true, "max_tokens": 8}}
-// Exactly one of "tokens" / "text". A line that is not a JSON object, lacks a prompt, or
+// Exactly one of "tokens" / "text" (or, with TextOptions::chat, "messages": a list of
+// {"role": ..., "content": ...}). "text" is encoded by TextOptions::tokenizer (the model's
+// own, for a GGUF model) or else by the byte tokenizer. With TextOptions::chat, "text" is
+// one user message and "messages" a conversation; both are rendered by the model's chat
+// template (ending with the assistant header) and the tokenizer's stop ids (EOS,
+// end-of-turn) are added to the request's stop list; "tokens" prompts are used as given.
+// A line that is not a JSON object, lacks a prompt, or
 // has an empty or non-integer token list makes the whole file invalid: kInvalidArgument
 // naming the file and line. A bad sampling setting (unknown key, wrong type, out of range)
 // only fails that request: Request::error says why and the other requests run.
@@ -22,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trellis/runtime/tokenizer/tokenizer.hpp"
 #include "trellis/runtime/workload/request.hpp"
 
 namespace trellis::runtime {
@@ -34,15 +41,26 @@ struct ByteTokenizer {
   static std::string decode(const std::vector<std::int32_t>& ids);
 };
 
+// How "text" prompts become token ids and generated ids become text.
+struct TextOptions {
+  const Tokenizer* tokenizer = nullptr;  // nullptr: ByteTokenizer (not owned; outlives parsing)
+  bool chat = false;                     // apply the chat template (needs a tokenizer)
+};
+// Generated ids as text: the tokenizer's decoding with special tokens (<|im_end|>) left
+// out, or the byte tokenizer's.
+std::string decode_text(const std::vector<std::int32_t>& ids, const TextOptions& text);
+
 struct Workload {
   std::vector<Request> requests;
   std::string source;  // "prompts.jsonl" or "synthetic n=..,in=..,out=.."
 };
 
 // Reads a prompts file. `vocab_size` (> 0) also checks token and stop ids against the model.
-Workload read_prompts(const std::string& path, int vocab_size);
+// kInvalidArgument when text.chat is set without a tokenizer; kUnsupported (from the
+// tokenizer) when the model's chat template is not ChatML.
+Workload read_prompts(const std::string& path, int vocab_size, const TextOptions& text = {});
 // Same, from a stream; `name` is used in messages.
-Workload parse_prompts(std::istream& in, std::string_view name, int vocab_size);
+Workload parse_prompts(std::istream& in, std::string_view name, int vocab_size, const TextOptions& text = {});
 
 struct SyntheticSpec {
   int n = 0, in = 0, out = 0;
