@@ -33,6 +33,7 @@ class GgufReader final : public CheckpointReader {
   std::optional<std::string> config_json() const override { return gguf::config_json_from_metadata(*file_); }
 
   void read_slice(std::string_view name, const Slice& s, ElemType out_type, void* dst) const override;
+  void read_slice_raw(std::string_view name, const Slice& s, void* dst) const override;
 
  private:
   std::shared_ptr<const gguf::GgufFile> file_;
@@ -41,6 +42,8 @@ class GgufReader final : public CheckpointReader {
   std::map<std::string, std::size_t, std::less<>> by_name_;
 
   void index();
+  // The entry of `name` after checking `s` lies inside it; throws naming file and tensor.
+  std::size_t checked(std::string_view name, const Slice& s) const;
   std::int64_t heads_for(const std::string& hf_name, const gguf::TensorEntry& t) const;
 };
 
@@ -88,18 +91,46 @@ void GgufReader::index() {
   }
 }
 
-void GgufReader::read_slice(std::string_view name, const Slice& s, ElemType out_type, void* dst) const {
+std::size_t GgufReader::checked(std::string_view name, const Slice& s) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end())
     throw_error(ErrorCode::kNotFound, "{}: no tensor '{}'", file_->name(), name);
   const TensorInfo& info = infos_[it->second];
-  const Entry& e = entries_[it->second];
-  const gguf::TensorEntry& t = *e.stored;
   if (s.row_begin < 0 || s.row_end > info.rows() || s.row_begin > s.row_end || s.col_begin < 0 ||
       s.col_end > info.cols() || s.col_begin > s.col_end)
     throw_error(ErrorCode::kInvalidArgument, "{}: tensor '{}' ({}): slice rows [{}, {}) cols [{}, {}) outside {}x{}",
-                file_->name(), name, t.name, s.row_begin, s.row_end, s.col_begin, s.col_end, info.rows(),
-                info.cols());
+                file_->name(), name, entries_[it->second].stored->name, s.row_begin, s.row_end, s.col_begin,
+                s.col_end, info.rows(), info.cols());
+  return it->second;
+}
+
+void GgufReader::read_slice_raw(std::string_view name, const Slice& s, void* dst) const {
+  const Entry& e = entries_[checked(name, s)];
+  const gguf::TensorEntry& t = *e.stored;
+  const gguf::TypeTraits& tr = gguf::type_traits(t.type);
+  if (tr.block_elems == 1)
+    throw_error(ErrorCode::kUnsupported, "{}: tensor '{}' ({}) is stored as {}, not a block-quantised type",
+                file_->name(), name, t.name, tr.name);
+  if (s.col_begin % tr.block_elems != 0 || s.col_end % tr.block_elems != 0)
+    throw_error(ErrorCode::kInvalidArgument, "{}: tensor '{}' ({}): columns [{}, {}) are not on {}'s {}-element blocks",
+                file_->name(), name, t.name, s.col_begin, s.col_end, tr.name, tr.block_elems);
+  const std::span<const std::byte> data = file_->tensor_bytes(t);
+  const std::uint64_t row_bytes = t.row_bytes();
+  const std::size_t out_row = static_cast<std::size_t>(s.cols() / tr.block_elems * tr.block_bytes);
+  const std::uint64_t skip = static_cast<std::uint64_t>(s.col_begin / tr.block_elems * tr.block_bytes);
+  auto* out = static_cast<std::byte*>(dst);
+  for (std::int64_t r = s.row_begin; r < s.row_end; ++r) {
+    // Whole rows move when the rotary reordering is undone, so blocks copy unchanged.
+    const std::int64_t stored = e.rope_heads > 0 ? gguf::hf_row_to_gguf(r, t.rows(), e.rope_heads) : r;
+    std::memcpy(out + static_cast<std::size_t>(r - s.row_begin) * out_row,
+                data.data() + static_cast<std::uint64_t>(stored) * row_bytes + skip, out_row);
+  }
+}
+
+void GgufReader::read_slice(std::string_view name, const Slice& s, ElemType out_type, void* dst) const {
+  const std::size_t index = checked(name, s);
+  const Entry& e = entries_[index];
+  const gguf::TensorEntry& t = *e.stored;
   const gguf::TypeTraits& tr = gguf::type_traits(t.type);
   if (!tr.dequantizable)
     throw_error(ErrorCode::kUnsupported, "{}: tensor '{}' ({}): stored type {} cannot be converted by trellis",

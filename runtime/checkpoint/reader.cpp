@@ -27,6 +27,12 @@ const TensorInfo& CheckpointReader::require(std::string_view name) const {
   return *t;
 }
 
+void CheckpointReader::read_slice_raw(std::string_view name, const Slice&, void*) const {
+  const TensorInfo& t = require(name);
+  throw_error(ErrorCode::kUnsupported, "{}: tensor '{}' is stored as {}, which has no block-quantised form to copy",
+              t.file, name, t.dtype);
+}
+
 std::unique_ptr<CheckpointReader> open_checkpoint(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) throw_error(ErrorCode::kNotFound, "checkpoint {} does not exist", path.string());

@@ -22,9 +22,48 @@ struct Loader {
   const CheckpointReader& reader;
   const ModelConfig& cfg;
   const kernels::Context& ctx;
+  bool native = false;  // WeightsFormat::kNative
 
-  // Checks `name` exists with shape `full`, then reads `slice` of it as `type` into dst.
-  void read(const std::string& name, std::vector<std::int64_t> full, const Slice& slice, ElemType type, void* dst) const {
+  // Checks `name` exists with shape `full`, then reads `slice` of it into dst: converted to
+  // `type`, or (qtype a block type) copied as stored.
+  void read(const std::string& name, std::vector<std::int64_t> full, const Slice& slice, ElemType type, void* dst,
+            kernels::DType qtype = kernels::DType::kF32) const {
+    check(name, full);
+    const bool raw = kernels::is_quantized(qtype);
+    const std::size_t row_bytes = raw ? kernels::dtype_bytes(qtype, slice.cols())
+                                      : static_cast<std::size_t>(slice.cols()) * elem_size(type);
+    auto* base = static_cast<std::byte*>(dst);
+    // Rows are independent: split them over the threads (mmap page faults and dtype
+    // conversion both scale).
+    ctx.pool().parallel_for(
+        slice.rows(),
+        [&](std::int64_t b, std::int64_t e) {
+          Slice part{slice.row_begin + b, slice.row_begin + e, slice.col_begin, slice.col_end};
+          std::byte* out = base + static_cast<std::size_t>(b) * row_bytes;
+          if (raw)
+            reader.read_slice_raw(name, part, out);
+          else
+            reader.read_slice(name, part, type, out);
+        },
+        std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(1, slice.cols())));
+  }
+
+  // The block type to keep the weights `parts` (name, slice) in, when every part is stored
+  // in the same block type the kernels multiply and every slice is on block boundaries;
+  // kF32 (meaning: dequantise) otherwise.
+  kernels::DType keep_as(const std::vector<std::pair<std::string, Slice>>& parts) const {
+    if (!native) return kernels::DType::kF32;
+    std::string stored;
+    for (const auto& [name, slice] : parts) {
+      const TensorInfo& t = reader.require(name);
+      if ((!stored.empty() && t.dtype != stored) || slice.col_begin % 32 != 0 || slice.col_end % 32 != 0)
+        return kernels::DType::kF32;
+      stored = t.dtype;
+    }
+    return stored == "Q4_1" ? kernels::DType::kQ4_1 : stored == "Q8_0" ? kernels::DType::kQ8_0 : kernels::DType::kF32;
+  }
+
+  void check(const std::string& name, const std::vector<std::int64_t>& full) const {
     const TensorInfo& t = reader.require(name);
     if (t.shape != full)
       throw_error(ErrorCode::kCorruptInput,
@@ -37,17 +76,6 @@ struct Loader {
     if (!want.empty() && is_float && full.size() > 1 && t.dtype != want)
       throw_error(ErrorCode::kCorruptInput, "{}: tensor '{}' is stored as {} but config.json says torch_dtype {}",
                   t.file, name, t.dtype, cfg.torch_dtype);
-    const std::size_t row_bytes = static_cast<std::size_t>(slice.cols()) * elem_size(type);
-    auto* base = static_cast<std::byte*>(dst);
-    // Rows are independent: split them over the threads (mmap page faults and dtype
-    // conversion both scale).
-    ctx.pool().parallel_for(
-        slice.rows(),
-        [&](std::int64_t b, std::int64_t e) {
-          Slice part{slice.row_begin + b, slice.row_begin + e, slice.col_begin, slice.col_end};
-          reader.read_slice(name, part, type, base + static_cast<std::size_t>(b) * row_bytes);
-        },
-        std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(1, slice.cols())));
   }
 
   Tensor vector_f32(const std::string& name, std::int64_t n) const {
@@ -66,7 +94,7 @@ std::byte* row_ptr(const Tensor& t, std::int64_t row) {
 kernels::DType to_kernel_dtype(ElemType t) { return t == ElemType::kF32 ? kernels::DType::kF32 : kernels::DType::kBF16; }
 
 void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
-  const Loader ld{reader, cfg_, ctx_};
+  const Loader ld{reader, cfg_, ctx_, opt.weights_format == WeightsFormat::kNative};
   const auto& L = tp_layout_;
   const std::int64_t H = cfg_.hidden_size, hd = cfg_.head_dim, qc = L.q_cols(cfg_.head_dim),
                      kvc = L.kv_cols(cfg_.head_dim), q_full = std::int64_t{cfg_.num_heads} * hd,
@@ -85,11 +113,15 @@ void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
     Layer& y = layers_.emplace_back();
     y.in_norm = ld.vector_f32(p + "input_layernorm.weight", H);
     y.post_norm = ld.vector_f32(p + "post_attention_layernorm.weight", H);
-    y.wqkv = Tensor::empty(wdt, {qc + 2 * kvc, H});
     const std::int64_t q0 = L.head_begin * hd, kv0 = L.kv_head_begin * hd;
-    ld.read(p + "self_attn.q_proj.weight", {q_full, H}, {q0, q0 + qc, 0, H}, wtype_, row_ptr(y.wqkv, 0));
-    ld.read(p + "self_attn.k_proj.weight", {kv_full, H}, {kv0, kv0 + kvc, 0, H}, wtype_, row_ptr(y.wqkv, qc));
-    ld.read(p + "self_attn.v_proj.weight", {kv_full, H}, {kv0, kv0 + kvc, 0, H}, wtype_, row_ptr(y.wqkv, qc + kvc));
+    const Slice qs{q0, q0 + qc, 0, H}, kvs{kv0, kv0 + kvc, 0, H};
+    const std::string qn = p + "self_attn.q_proj.weight", kn = p + "self_attn.k_proj.weight",
+                      vn = p + "self_attn.v_proj.weight";
+    kernels::DType qt = ld.keep_as({{qn, qs}, {kn, kvs}, {vn, kvs}});
+    y.wqkv = Tensor::empty(is_quantized(qt) ? qt : wdt, {qc + 2 * kvc, H});
+    ld.read(qn, {q_full, H}, qs, wtype_, row_ptr(y.wqkv, 0), qt);
+    ld.read(kn, {kv_full, H}, kvs, wtype_, row_ptr(y.wqkv, qc), qt);
+    ld.read(vn, {kv_full, H}, kvs, wtype_, row_ptr(y.wqkv, qc + kvc), qt);
     if (cfg_.attention_bias) {
       y.bqkv = Tensor::empty(kernels::DType::kF32, {qc + 2 * kvc});
       float* b = y.bqkv.ptr<float>();
@@ -97,29 +129,54 @@ void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
       ld.read(p + "self_attn.k_proj.bias", {kv_full}, {0, 1, kv0, kv0 + kvc}, ElemType::kF32, b + qc);
       ld.read(p + "self_attn.v_proj.bias", {kv_full}, {0, 1, kv0, kv0 + kvc}, ElemType::kF32, b + qc + kvc);
     }
-    y.wo = Tensor::empty(wdt, {H, qc});
-    ld.read(p + "self_attn.o_proj.weight", {H, q_full}, {0, H, q0, q0 + qc}, wtype_, y.wo.view().data);
-    y.w_gate_up = Tensor::empty(wdt, {2 * L.inter, H});
+    const std::string on = p + "self_attn.o_proj.weight";
+    const Slice os{0, H, q0, q0 + qc};
+    qt = ld.keep_as({{on, os}});
+    y.wo = Tensor::empty(is_quantized(qt) ? qt : wdt, {H, qc});
+    ld.read(on, {H, q_full}, os, wtype_, y.wo.view().data, qt);
     const std::int64_t i0 = L.inter_begin;
-    ld.read(p + "mlp.gate_proj.weight", {I, H}, {i0, i0 + L.inter, 0, H}, wtype_, row_ptr(y.w_gate_up, 0));
-    ld.read(p + "mlp.up_proj.weight", {I, H}, {i0, i0 + L.inter, 0, H}, wtype_, row_ptr(y.w_gate_up, L.inter));
-    y.w_down = Tensor::empty(wdt, {H, L.inter});
-    ld.read(p + "mlp.down_proj.weight", {H, I}, {0, H, i0, i0 + L.inter}, wtype_, y.w_down.view().data);
+    const Slice gs{i0, i0 + L.inter, 0, H}, ds{0, H, i0, i0 + L.inter};
+    const std::string gn = p + "mlp.gate_proj.weight", un = p + "mlp.up_proj.weight", dn = p + "mlp.down_proj.weight";
+    qt = ld.keep_as({{gn, gs}, {un, gs}});
+    y.w_gate_up = Tensor::empty(is_quantized(qt) ? qt : wdt, {2 * L.inter, H});
+    ld.read(gn, {I, H}, gs, wtype_, row_ptr(y.w_gate_up, 0), qt);
+    ld.read(un, {I, H}, gs, wtype_, row_ptr(y.w_gate_up, L.inter), qt);
+    qt = ld.keep_as({{dn, ds}});
+    y.w_down = Tensor::empty(is_quantized(qt) ? qt : wdt, {H, L.inter});
+    ld.read(dn, {H, I}, ds, wtype_, y.w_down.view().data, qt);
   }
   const std::int64_t V = cfg_.vocab_size, vl = L.vocab_local();
   const Slice vocab_rows{L.vocab_begin, L.vocab_end, 0, H};
   if (has_embedding()) {
-    embed_ = Tensor::empty(wdt, {vl, H});
-    ld.read("model.embed_tokens.weight", {V, H}, vocab_rows, wtype_, embed_.view().data);
+    const kernels::DType qt = ld.keep_as({{"model.embed_tokens.weight", vocab_rows}});
+    embed_ = Tensor::empty(is_quantized(qt) ? qt : wdt, {vl, H});
+    ld.read("model.embed_tokens.weight", {V, H}, vocab_rows, wtype_, embed_.view().data, qt);
   }
   if (has_lm_head()) {
     final_norm_ = ld.vector_f32("model.norm.weight", H);
     if (!(cfg_.tie_word_embeddings && has_embedding())) {
-      lm_head_ = Tensor::empty(wdt, {vl, H});
-      const char* name = cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-      ld.read(name, {V, H}, vocab_rows, wtype_, lm_head_.view().data);
+      const std::string name = cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+      const kernels::DType qt = ld.keep_as({{name, vocab_rows}});
+      lm_head_ = Tensor::empty(is_quantized(qt) ? qt : wdt, {vl, H});
+      ld.read(name, {V, H}, vocab_rows, wtype_, lm_head_.view().data, qt);
     }
   }
+}
+
+WeightsFormat parse_weights_format(std::string_view text, std::string_view what) {
+  if (text == "dequant") return WeightsFormat::kDequant;
+  if (text == "native") return WeightsFormat::kNative;
+  throw_error(ErrorCode::kInvalidArgument, "{}: unknown weights format '{}' (expected dequant or native)", what, text);
+}
+
+std::string_view to_string(WeightsFormat f) { return f == WeightsFormat::kNative ? "native" : "dequant"; }
+
+bool LlamaModel::has_quantized_weights() const {
+  if (is_quantized(embed_.view().dtype) || is_quantized(lm_head_.view().dtype)) return true;
+  for (const auto& y : layers_)
+    for (const Tensor* t : {&y.wqkv, &y.wo, &y.w_gate_up, &y.w_down})
+      if (is_quantized(t->view().dtype)) return true;
+  return false;
 }
 
 std::size_t LlamaModel::weight_bytes() const {

@@ -49,6 +49,11 @@ def chatml(user):
             "<|im_end|>\n<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n")
 
 
+def tool_options(a):
+    """How trellis holds the weights and the KV cache (gguf_forward_tool's OPTIONS)."""
+    return ["--weights-format", a.weights_format, "--kv", a.trellis_kv]
+
+
 def percentiles(values, ps):
     import numpy as np
     return {f"p{p}": float(np.percentile(values, p)) for p in ps}
@@ -63,7 +68,7 @@ def run_logits(llm, a, tmp):
     ref = np.array(llm.scores[: len(toks)], dtype=np.float32)
     tok_file, out_file = os.path.join(tmp, "tokens.json"), os.path.join(tmp, "logits.f32")
     json.dump(toks, open(tok_file, "w"))
-    subprocess.run([a.tool, "logits", a.gguf, str(a.threads), tok_file, out_file], check=True)
+    subprocess.run([a.tool, "logits", a.gguf, str(a.threads), tok_file, out_file] + tool_options(a), check=True)
     ours = np.fromfile(out_file, dtype=np.float32).reshape(len(toks), -1)
     top_ref, top_ours = ref.argmax(1), ours.argmax(1)
     agree = float((top_ref == top_ours).mean())
@@ -103,7 +108,7 @@ def run_greedy(llm, a, tmp):
     prompts = [llm.tokenize(chatml(p).encode("utf-8"), add_bos=False, special=True) for p in PROMPTS]
     pf = os.path.join(tmp, "prompts.json")
     json.dump(prompts, open(pf, "w"))
-    ours = json.loads(subprocess.run([a.tool, "generate", a.gguf, str(a.threads), pf, str(a.gen)],
+    ours = json.loads(subprocess.run([a.tool, "generate", a.gguf, str(a.threads), pf, str(a.gen)] + tool_options(a),
                                      check=True, capture_output=True).stdout)
     rows, same16 = [], 0
     for text, p, o in zip(PROMPTS, prompts, ours):
@@ -192,6 +197,11 @@ def main():
     ap.add_argument("--gen", type=int, default=24)
     ap.add_argument("--bench-steps", type=int, default=64)
     ap.add_argument("--text", default="/usr/share/common-licenses/Apache-2.0")
+    ap.add_argument("--weights-format", default="dequant", choices=["dequant", "native"],
+                    help="trellis: dequantise GGUF weights at load, or keep Q4_1/Q8_0 as stored and multiply "
+                         "them as llama.cpp does (8-bit activations, integer dot products)")
+    ap.add_argument("--trellis-kv", default="f32", choices=["f32", "bf16"],
+                    help="trellis KV-cache type")
     ap.add_argument("--kv-f32", action="store_true",
                     help="llama.cpp KV cache in f32 (default f16), to compare arithmetic only")
     ap.add_argument("--min-top1", type=float, default=0.99, help="pass threshold (issue target 0.99)")
@@ -219,7 +229,8 @@ def main():
                           n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
                           **({"type_k": 0, "type_v": 0} if a.kv_f32 else {}))
     report, ok = {"gguf": a.gguf, "llama_cpp_python": llama_cpp.__version__, "threads": a.threads,
-                  "llama_kv_cache": "f32" if a.kv_f32 else "f16 (default)"}, True
+                  "llama_kv_cache": "f32" if a.kv_f32 else "f16 (default)",
+                  "trellis_weights_format": a.weights_format, "trellis_kv_cache": a.trellis_kv}, True
     with tempfile.TemporaryDirectory() as tmp:
         what = a.what.split(",")
         if "logits" in what:

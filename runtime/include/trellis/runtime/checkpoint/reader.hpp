@@ -87,6 +87,15 @@ class CheckpointReader {
   virtual void read_slice(std::string_view name, const Slice& slice, ElemType out_type,
                           void* dst) const = 0;
 
+  // Copies `slice` of a tensor stored in a block-quantised type (TensorInfo::dtype "Q4_1",
+  // "Q8_0", ...) without converting it: slice.rows() rows of slice.cols() / block elements
+  // blocks each, densely into `dst`, in the stored block format. The slice's columns must
+  // start and end on block boundaries. Lets the model keep a GGUF file's quantised weights
+  // for kernels that multiply them directly. Throws kUnsupported (plain stored type, or a
+  // format without block types: the default) or kInvalidArgument (slice outside the shape or
+  // not on block boundaries), naming the file and the tensor.
+  virtual void read_slice_raw(std::string_view name, const Slice& slice, void* dst) const;
+
   // The model's configuration as Hugging Face config.json text (the safetensors readers
   // return the config.json beside the weights; a GGUF reader synthesises one from its
   // metadata with the same field names), or nullopt when the checkpoint has none.

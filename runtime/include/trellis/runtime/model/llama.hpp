@@ -31,6 +31,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "trellis/kernels/attention.hpp"
@@ -44,6 +45,23 @@
 
 namespace trellis::runtime {
 
+// How weights stored in a block-quantised type (GGUF Q4_1, Q8_0) are held in memory.
+enum class WeightsFormat {
+  // Dequantised at load into weight_dtype (f32/bf16) and multiplied in f32: the products of
+  // the exact stored values. Plain stored types (safetensors, GGUF F32/F16/BF16) always load
+  // this way.
+  kDequant,
+  // Kept as stored and multiplied as llama.cpp multiplies them (activations quantised to 8
+  // bits per block, integer dot products: kernels/quant.hpp), so results follow llama.cpp's
+  // numerics; 5-8.5 bits per weight streamed per decode token instead of 16-32. A fused
+  // weight whose parts are stored in different types, or a shard whose columns do not start
+  // on a 32-element block, falls back to kDequant for that weight.
+  kNative,
+};
+// "dequant" / "native"; throws kInvalidArgument naming `what` otherwise.
+WeightsFormat parse_weights_format(std::string_view text, std::string_view what = "weights format");
+std::string_view to_string(WeightsFormat f);
+
 struct LoadOptions {
   int first_layer = 0;
   int last_layer = -1;  // exclusive; -1: num_layers
@@ -51,6 +69,7 @@ struct LoadOptions {
   // type), f32 when it stores f32 or f16 (f16 -> bf16 would round). matmul reads bf16
   // weights directly: half the bytes per decode token of f32.
   std::optional<ElemType> weight_dtype;
+  WeightsFormat weights_format = WeightsFormat::kDequant;
   int max_slots = 1;              // KV-cache slots (concurrent sequences)
   std::int64_t max_seq_len = 0;   // per slot; 0: min(max_position_embeddings, 4096)
   kernels::DType kv_dtype = kernels::DType::kF32;
@@ -97,6 +116,8 @@ class LlamaModel {
   bool has_embedding() const { return first_ == 0; }
   bool has_lm_head() const { return last_ == cfg_.num_layers; }
   ElemType weight_dtype() const { return wtype_; }
+  // Whether any weight is held block-quantised (WeightsFormat::kNative found some to keep).
+  bool has_quantized_weights() const;
   // Bytes of weights this rank holds, and those one decode token streams through.
   std::size_t weight_bytes() const;
   std::size_t decode_bytes_per_token() const;
