@@ -82,9 +82,10 @@ Bytes mutate(const Bytes& in, std::mt19937_64& rng) {
       }
       break;
     default:  // random printable bytes in the header
-      for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n; ++k)
-        b[8 + rng() % std::max<std::size_t>(1, std::min<std::size_t>(b.size(), 300) - 8) % b.size()] =
-            static_cast<std::uint8_t>(32 + rng() % 95);
+      // Only past the 8-byte length prefix, within the first 300 bytes (where the JSON is).
+      if (b.size() > 8)
+        for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n; ++k)
+          b[8 + rng() % (std::min<std::size_t>(b.size(), 300) - 8)] = static_cast<std::uint8_t>(32 + rng() % 95);
   }
   return b;
 }

@@ -116,7 +116,7 @@ std::vector<Request> load_workload(transport::Bootstrap& world, const GenerateOp
     }
   }
   std::vector<std::byte> b(err.size());
-  std::memcpy(b.data(), err.data(), err.size());
+  if (!err.empty()) std::memcpy(b.data(), err.data(), err.size());
   world.broadcast(b, 0, dl);
   if (!b.empty())
     throw Error(ErrorCode::kInvalidArgument, std::string(reinterpret_cast<const char*>(b.data()), b.size()));

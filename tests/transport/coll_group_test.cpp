@@ -5,10 +5,12 @@
 // from every root, all-gather, async overlapped with work, subgroups, a missing member.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "trellis/core/config.hpp"
 #include "trellis/core/error.hpp"
@@ -192,6 +194,31 @@ TEST_P(Collectives, AsyncOverlapsWithWork) {
   ra->wait(soon());
   EXPECT_GT(work, 0);
   for (std::size_t i = 0; i < n; i += 97) {
+    float want = 0;
+    for (int r = 0; r < size(); ++r) want += int_value(i, r);
+    ASSERT_EQ(a[i], want) << i;
+    ASSERT_EQ(b[i], want) << i;
+  }
+}
+
+// Ranks drive overlapping asynchronous operations differently: the lower half pushes the first
+// one as far as it goes alone before issuing the second (with hosts {0,1},{2,3}, rank 0 gets
+// stuck in the leaders' phase and rank 1 in the local broadcast), the upper half issues both
+// at once; all wait for the second first. Multi-phase algorithms (hierarchical) must still
+// complete every rank's sub-operations in one order everywhere, or this deadlocks.
+TEST_P(Collectives, OverlappingAsyncOperationsDrivenDifferentlyPerRank) {
+  const std::size_t n = 20001;
+  std::vector<float> a(n), b(n);
+  for (std::size_t i = 0; i < n; ++i) a[i] = b[i] = int_value(i, rank());
+  auto ra = group_->all_reduce_async(a.data(), n, DType::kF32);
+  if (rank() < size() / 2) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (std::chrono::steady_clock::now() < until && !ra->test()) std::this_thread::yield();
+  }
+  auto rb = group_->all_reduce_async(b.data(), n, DType::kF32);
+  rb->wait(soon());
+  ra->wait(soon());
+  for (std::size_t i = 0; i < n; i += 89) {
     float want = 0;
     for (int r = 0; r < size(); ++r) want += int_value(i, r);
     ASSERT_EQ(a[i], want) << i;

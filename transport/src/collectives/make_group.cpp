@@ -1,6 +1,8 @@
 // The hierarchical Group and make_group, which picks an algorithm from the members' hosts.
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -23,6 +25,70 @@ std::unique_ptr<AsyncGroup> as_async(std::unique_ptr<Group> g) {
   g.release();
   return std::unique_ptr<AsyncGroup>(a);
 }
+
+// A hierarchical operation issues its phases on the local and leader groups one by one, as it
+// is driven. With two in flight, ranks could interleave their phases differently (rank 0 issues
+// B's local all-reduce before A's local broadcast, rank 1 the other way) and the sub-groups
+// would pair up different operations. So they run one at a time, in issue order; a test() on
+// any of them drives the queue from its head, and an abandoned request is still driven.
+class FifoQueue {
+ public:
+  struct Entry {
+    RequestPtr req;
+    bool done = false;
+  };
+  std::shared_ptr<Entry> push(RequestPtr r) {
+    auto e = std::make_shared<Entry>();
+    e->req = std::move(r);
+    queue_.push_back(e);
+    drive();
+    return e;
+  }
+  void drive() {
+    while (!queue_.empty()) {
+      if (!queue_.front()->req->test()) return;
+      queue_.front()->done = true;
+      queue_.front()->req.reset();
+      queue_.pop_front();
+      ++completed_;
+    }
+  }
+  bool empty() const { return queue_.empty(); }
+  std::uint64_t completed() const { return completed_; }
+  const Request* head() const { return queue_.empty() ? nullptr : queue_.front()->req.get(); }
+
+ private:
+  std::deque<std::shared_ptr<Entry>> queue_;
+  std::uint64_t completed_ = 0;
+};
+
+class QueuedRequest final : public detail::SteppedRequest {
+ public:
+  QueuedRequest(std::shared_ptr<FifoQueue> q, RequestPtr r, std::string what, std::size_t bytes)
+      : what_(std::move(what)), bytes_(bytes), queue_(std::move(q)), entry_(queue_->push(std::move(r))) {}
+  bool test() override {
+    if (!entry_->done) queue_->drive();
+    return entry_->done;
+  }
+  // Progress of whatever runs at the head counts: this request waits behind it.
+  std::uint64_t steps_done() const override {
+    auto* s = dynamic_cast<const detail::SteppedRequest*>(queue_->head());
+    return queue_->completed() * 1000003 + (s ? s->steps_done() : 0);
+  }
+  std::size_t bytes() const override { return bytes_; }
+  std::string describe() const override {
+    const Request* h = queue_->head();
+    if (entry_->done || h == nullptr) return what_;
+    if (h == entry_->req.get()) return h->describe();
+    return what_ + " (queued behind: " + h->describe() + ")";
+  }
+
+ private:
+  std::string what_;
+  std::size_t bytes_;
+  std::shared_ptr<FifoQueue> queue_;
+  std::shared_ptr<FifoQueue::Entry> entry_;
+};
 
 // In-host shm group per host, ring among the host leaders (the first member of each host).
 // Every phase runs in f32, so bf16 is rounded once, at the end.
@@ -105,15 +171,22 @@ class HierGroup final : public AsyncGroup {
   }
 
   void barrier() override {
+    if (!queue_->empty()) {
+      // Sub-group barriers must not overtake operations still queued on the same sub-groups.
+      auto drained = make_completed_request(0, "barrier");
+      QueuedRequest last(queue_, std::move(drained), what("barrier"), 0);
+      detail::wait_stepped(last, Deadline::after(deadline_));
+    }
     local_->barrier();
     if (leaders_) leaders_->barrier();
     local_->barrier();
   }
 
  private:
-  static RequestPtr kick(RequestPtr r) {
-    r->test();
-    return r;
+  RequestPtr kick(RequestPtr r) {
+    std::string what = r->describe();
+    std::size_t bytes = r->bytes();
+    return std::make_unique<QueuedRequest>(queue_, std::move(r), std::move(what), bytes);
   }
   std::string what(const std::string& op) const {
     return fmt::format("hierarchical {} over world ranks {}", op, detail::list_ranks(members_));
@@ -123,6 +196,7 @@ class HierGroup final : public AsyncGroup {
   Layout layout_;
   std::unique_ptr<AsyncGroup> local_, leaders_;
   Millis deadline_;
+  std::shared_ptr<FifoQueue> queue_ = std::make_shared<FifoQueue>();
 };
 
 void check_members(const Bootstrap& world, const std::vector<int>& members) {

@@ -264,6 +264,9 @@ void StageReceiver::apply_control() {
     control_ = link_.irecv(control_buf_, tag_base_ + 1);
   }
   if (next_pending_ && received_ >= next_from_) {
+    // The views handed out by the last receive() point into the old schema's tensors and
+    // stay valid until the next receive(); moving the vector keeps its storage, so park it.
+    retired_schema_ = std::move(schema_);
     schema_ = std::move(next_schema_);
     bank_ = next_bank_;
     have_schema_ = true;

@@ -142,6 +142,7 @@ class StageReceiver {
   int bank_ = 0;
   // A schema announced for a later iteration than the ones already posted under the old one.
   StreamSchema next_schema_;
+  StreamSchema retired_schema_;  // keeps the last views' specs alive across a switch
   std::uint64_t next_from_ = 0;
   int next_bank_ = 0;
   bool next_pending_ = false;
