@@ -60,6 +60,12 @@ constexpr std::array kSettings = {
     SettingSpec{"kernels.threads", T::kInt, "0",
                 "Threads for CPU kernels (matmul, attention, ...) per rank; 0 = all cores",
                 "TRELLIS_KERNEL_THREADS"},
+    SettingSpec{"model.weights_format", T::kString, "dequant",
+                "GGUF weights stored block-quantised (Q4_1, Q8_0): dequant (to f32/bf16 at load; exact "
+                "stored values, results stable under any layout) or native (kept quantised, multiplied "
+                "with 8-bit activations as llama.cpp does: ~5x fewer bytes, ~2x decode speed, but "
+                "rounding-sensitive, so t > 1 need not reproduce t = 1 token for token)",
+                "TRELLIS_WEIGHTS_FORMAT"},
     SettingSpec{"run.max_seqs", T::kInt, "32",
                 "Sequences generating at once in `trellis run`, over all p microbatches (each "
                 "microbatch holds max_seqs / p)",
