@@ -8,6 +8,7 @@ namespace {
 constexpr std::array kGroups = {
     GroupSpec{"bench", "Measure communication, kernels and models"},
     GroupSpec{"study", "Compare model variants side by side (interconnect studies)"},
+    GroupSpec{"eval", "Evaluate a model's quality (perplexity)"},
 };
 
 constexpr std::array kCommands = {
@@ -42,6 +43,10 @@ constexpr std::array kCommands = {
                 "Time every model variant (standard, parallel, ladder, desync, lp, nocomm) over batch sizes "
                 "on one TP group: Ladder Residual Table 2/6, CSV, SVG chart",
                 &define_study_variants},
+    CommandSpec{"eval ppl",
+                "Perplexity of a model on a text file under any --pp x --tp layout (llama.cpp's windows: "
+                "second half of each --ctx window scored)",
+                &define_eval_ppl},
 };
 
 }  // namespace

@@ -42,5 +42,6 @@ Action define_bench_kernels(CLI::App& sub);
 Action define_topo(CLI::App& sub);
 Action define_plan(CLI::App& sub);
 Action define_study_variants(CLI::App& sub);
+Action define_eval_ppl(CLI::App& sub);
 
 }  // namespace trellis::launchers

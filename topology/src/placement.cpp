@@ -5,6 +5,7 @@
 #include "trellis/topology/placement.hpp"
 
 #include <algorithm>
+#include <string>
 #include <map>
 
 #include "trellis/core/error.hpp"
@@ -25,14 +26,20 @@ void validate(const ModelShape& m, int p, int t) {
   if (m.heads < 1 || m.kv_heads < 1 || m.layers < 1)
     throw_error(ErrorCode::kInvalidArgument, "placement: model shape needs layers, heads and kv-heads >= 1 "
                 "(got layers={}, heads={}, kv-heads={})", m.layers, m.heads, m.kv_heads);
+  // The t values that split both head counts, to name in the errors below.
+  std::string valid;
+  for (int v = 1; v <= m.kv_heads; ++v)
+    if (m.heads % v == 0 && m.kv_heads % v == 0) valid += (valid.empty() ? "" : ", ") + std::to_string(v);
   if (m.heads % t != 0)
     throw_error(ErrorCode::kInvalidArgument,
-                "placement: attention heads ({}) must be divisible by t={} (each TP rank holds heads/t heads)",
-                m.heads, t);
+                "placement: attention heads ({}) must be divisible by t={} (each TP rank holds heads/t heads): "
+                "{} heads / {} KV heads cannot be split over {} ranks; valid t: {}",
+                m.heads, t, m.heads, m.kv_heads, t, valid);
   if (m.kv_heads % t != 0)
     throw_error(ErrorCode::kInvalidArgument,
-                "placement: KV heads ({}) must be divisible by t={} (GQA: each TP rank holds kv_heads/t KV heads)",
-                m.kv_heads, t);
+                "placement: KV heads ({}) must be divisible by t={} (GQA: each TP rank holds kv_heads/t KV heads): "
+                "{} heads / {} KV heads cannot be split over {} ranks; valid t: {}",
+                m.kv_heads, t, m.heads, m.kv_heads, t, valid);
   if (m.layers < p)
     throw_error(ErrorCode::kInvalidArgument, "placement: layers ({}) must be >= p={} (every stage needs a layer)",
                 m.layers, p);

@@ -1,0 +1,57 @@
+// `trellis eval ppl`: perplexity of a model on a text file under any --pp x --tp layout
+// (mpirun -np p*t), with llama.cpp's windowing (runtime/eval/perplexity.hpp): non-overlapping
+// windows of --ctx tokens, the second half of each scored. Prints perplexity, tokens scored
+// and time on rank 0 (or one JSON object with --json).
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "commands.hpp"
+#include "trellis/runtime/eval/perplexity.hpp"
+
+namespace trellis::launchers {
+namespace {
+
+struct EvalOptions {
+  runtime::PerplexityOptions ppl;
+  bool json = false;
+};
+
+int run_ppl(Session& s, const EvalOptions& o) {
+  const auto& p = o.ppl;
+  if (!s.require_world(p.pp * p.tp == s.size(),
+                       fmt::format("--pp {} x --tp {} needs {} ranks, this job has {}: run it as mpirun -np {} trellis "
+                                   "eval ppl --pp {} --tp {} ...",
+                                   p.pp, p.tp, p.pp * p.tp, s.size(), p.pp * p.tp, p.pp, p.tp)))
+    return 1;
+  auto r = runtime::evaluate_perplexity(s.world(), s.config, p);
+  if (s.is_root()) std::cout << (o.json ? runtime::to_json_text(r) + "\n" : runtime::to_text(r));
+  return 0;
+}
+
+}  // namespace
+
+Action define_eval_ppl(CLI::App& sub) {
+  auto o = std::make_shared<EvalOptions>();
+  auto& p = o->ppl;
+  sub.add_option("--model", p.model, "Model: a .gguf file (its tokenizer is used) or a checkpoint directory");
+  sub.add_option("--preset", p.preset, "Without --model: a synthetic model, byte tokenizer (tests)")
+      ->capture_default_str();
+  sub.add_option("--text", p.text_path, "UTF-8 text file to score")->required();
+  sub.add_option("--ctx", p.ctx, "Window length in tokens; the second half of each window is scored")
+      ->capture_default_str();
+  sub.add_option("--max-windows", p.max_windows, "Score only the first N windows (0: all)")->capture_default_str();
+  sub.add_option("--variant", p.variant, "Model variant: standard, parallel, ladder, desync2, desync4, lp, nocomm")
+      ->capture_default_str();
+  sub.add_option("--variant-layers", p.variant_layers, "Layers A-B (inclusive) the variant applies to; default all");
+  sub.add_option("--pp", p.pp, "Pipeline stages")->check(CLI::PositiveNumber)->capture_default_str();
+  sub.add_option("--tp", p.tp, "Tensor-parallel ranks per stage")->check(CLI::PositiveNumber)->capture_default_str();
+  sub.add_option("--dtype", p.dtype, "Weights in memory: f32 (exact dequantised GGUF) or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  sub.add_option("--seed", p.seed, "Seed of the synthetic model's weights")->capture_default_str();
+  sub.add_flag("--json", o->json, "Print the result as one JSON object");
+  return [o](Session& s) { return run_ppl(s, *o); };
+}
+
+}  // namespace trellis::launchers
