@@ -98,6 +98,14 @@ std::vector<sim::Variant> parse_variants(const std::string& text) {
 }
 
 void apply_calibration(sim::PlanRequest& r, const sim::Calibration& cal) {
+  if (cal.runtime()) {
+    // The measured engine cost replaces the assumed input-preparation figures (SiPipe's GPU
+    // numbers), which it includes: the tiny-model runs prepare inputs too.
+    r.host.step_overhead_s = cal.runtime()->step_overhead_s;
+    r.host.step_overhead_per_seq_s = cal.runtime()->step_overhead_per_seq_s;
+    r.host.input_prep_s = 0;
+    r.host.input_prep_per_seq_s = 0;
+  }
   const auto& c = cal.compute();
   if (!c) return;
   const bool f32 = r.work.act_bytes >= 4;
@@ -107,6 +115,17 @@ void apply_calibration(sim::PlanRequest& r, const sim::Calibration& cal) {
   const double ranks = r.cluster.device.kind == sim::DeviceKind::kCpu ? r.cluster.devices_per_host : 1;
   r.compute_scale = c->flops / (flops * ranks * r.efficiency.compute);
   r.memory_scale = c->memory_bandwidth / (r.cluster.device.memory_bandwidth * ranks * r.efficiency.memory);
+  // CPU hosts with measured matmul rates: linear layers from the measured curve, cores
+  // shared among the ranks busy at once (sim/cost_model.hpp CpuSharing).
+  if (r.cluster.device.kind == sim::DeviceKind::kCpu && !c->matmul.empty()) {
+    r.cpu.enabled = true;
+    r.cpu.cores = c->cores > 0 ? c->cores : 1;
+    r.cpu.threads_per_rank = c->threads_per_rank;
+    r.cpu.matmul = c->matmul;
+    r.cpu.host_flops = c->flops;
+    r.cpu.host_memory_bandwidth = c->memory_bandwidth;
+    r.cpu.one_machine = r.cluster.hosts == 1;
+  }
   if (to_lower(c->device) != to_lower(r.cluster.device.name))
     r.cluster.warnings.push_back(fmt::format("calibration {} measured compute on '{}' but the cluster's device is {}",
                                              cal.origin(), c->device, r.cluster.device.name));

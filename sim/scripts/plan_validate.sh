@@ -3,90 +3,165 @@
 #
 #   sim/scripts/plan_validate.sh BUILD_DIR [OUT_DIR]
 #
-# 1. calibrates: `trellis bench comm` (links and all-reduces -> calibration.json) and
-#    `trellis bench kernels --json` (GEMM GFLOP/s, GEMV GB/s -> the "compute" section);
+# 1. calibrates (each step its own short locked chunk):
+#    * `trellis bench comm` (links and all-reduces -> calibration.json);
+#    * `trellis bench kernels --preset $PRESET --json` with 1 and with all kernel threads:
+#      the measured linear-layer rates by rows M and thread count (the "compute.matmul"
+#      curve the CPU model reads, docs/planner.md departure 11) and the host's GEMM FLOP/s
+#      and GEMV bandwidth;
+#    * `trellis run --preset tiny` at 1x1, batch 1 and 16: the engine's own cost per
+#      iteration (fixed + per sequence) with a model whose compute is negligible
+#      ("runtime" section, departure 12);
 # 2. runs `trellis run` over p x t in {1x1, 1x2, 2x1, 2x2}, batch in $BATCHES, variants in
-#    $VARIANTS, in one host, and (as root, with scripts/cluster) across two emulated hosts
-#    joined by a link rate-limited to $RATE; every run is one wave (n = batch = max-seqs);
+#    $VARIANTS, $REPS times interleaved (the median is kept), in one host, and (HOSTS2=1,
+#    root, scripts/cluster) across two emulated hosts joined by a link rate-limited to
+#    $RATE; every run is one wave (n = batch = max-seqs); the engine splits a batch into
+#    min(p, batch) microbatch groups, which the measurement records;
 # 3. writes measurements.json (schema trellis.measurements.v1, sim/include/trellis/sim/
-#    validate.hpp) and prints `trellis plan --validate`: measured vs predicted tokens/s and
-#    TPOT per row, median and p90 |error|, and whether the predicted best was the measured
-#    best.
+#    validate.hpp) and prints `trellis plan --validate`.
 #
-# Environment: PRESET (synthetic model, default small), PROMPT (64), GEN (32),
-# BATCHES ("1 4 16"), VARIANTS ("standard" plus whatever `trellis run --variant` accepts),
-# RATE (200mbit), HOSTS2 (1 to also run across two emulated hosts; needs root).
+# Every timing run holds /tmp/trellis-bench.lock for itself only (a few seconds), so other
+# sessions can measure between runs; `uptime` before and after each phase goes to load.txt.
+#
+# Environment: PRESET (synthetic model, default small), PROMPT (64), GEN (64), BATCHES
+# ("1 4 16"), VARIANTS ("standard parallel ladder"), REPS (3), RATE (200mbit), HOSTS2 (0),
+# SKIP_CALIBRATION (1: reuse OUT_DIR/calibration.json), SKIP_SWEEP (1: only re-predict).
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR [OUT_DIR]}
 OUT=${2:-$(mktemp -d)}
-TRELLIS=$BUILD/launchers/trellis
+TRELLIS=$(realpath "$BUILD/launchers/trellis")
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 MPI="$HERE/scripts/mpirun-local"
-PRESET=${PRESET:-small} PROMPT=${PROMPT:-64} GEN=${GEN:-32}
-BATCHES=${BATCHES:-"1 4 16"} VARIANTS=${VARIANTS:-standard} RATE=${RATE:-200mbit} HOSTS2=${HOSTS2:-0}
+LOCK=/tmp/trellis-bench.lock
+PRESET=${PRESET:-small} PROMPT=${PROMPT:-64} GEN=${GEN:-64} REPS=${REPS:-3}
+BATCHES=${BATCHES:-"1 4 16"} VARIANTS=${VARIANTS:-"standard parallel ladder"} RATE=${RATE:-200mbit}
+HOSTS2=${HOSTS2:-0} SKIP_CALIBRATION=${SKIP_CALIBRATION:-0} SKIP_SWEEP=${SKIP_SWEEP:-0}
 RATE_G=${RATE_G:-0.2}  # the same rate in Gbit/s, for the synthetic spec of the two emulated hosts
+CORES=$(nproc)
 PY=/usr/bin/python3
 mkdir -p "$OUT"
 [ -x "$TRELLIS" ] || { echo "no $TRELLIS: build the trellis target first" >&2; exit 1; }
+load() { echo "$(date -u +%H:%M:%S) $1: $(uptime | sed 's/.*load/load/')" >>"$OUT/load.txt"; }
+git -C "$HERE" rev-parse --short HEAD >"$OUT/commit.txt" 2>/dev/null || true
 
 # The model the planner predicts: the preset's config.json.
 "$TRELLIS" make-model --preset "$PRESET" --out "$OUT/model" >/dev/null
 
 # 1. calibration
-"$MPI" -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration.json" --no-peers >"$OUT/bench_comm.txt"
-"$TRELLIS" bench kernels --json >"$OUT/kernels.json"
-"$PY" - "$OUT/calibration.json" "$OUT/kernels.json" <<'PY'
-import json, statistics, sys
-cal = json.load(open(sys.argv[1])); k = json.load(open(sys.argv[2]))
-flops = statistics.median(g["ours_f32_GFLOPs"] for g in k["gemm"]) * 1e9
-gemv = [g["GBps"] for g in k["gemv"] if g.get("dtype") == "f32"] or [k["triad"]["median_GBps"]]
-cal["compute"] = {"device": "cpu", "flops": flops, "memory_bandwidth": statistics.median(gemv) * 1e9,
-                  "threads": k["threads"], "source": "trellis bench kernels --json"}
-json.dump(cal, open(sys.argv[1], "w"), indent=2)
+if [ "$SKIP_CALIBRATION" != 1 ]; then
+  load "calibration start"
+  flock "$LOCK" "$MPI" -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration.json" --no-peers \
+    >"$OUT/bench_comm.txt"
+  for kt in 1 "$CORES"; do
+    TRELLIS_KERNEL_THREADS=$kt flock "$LOCK" "$TRELLIS" bench kernels --preset "$PRESET" --tokens 16,64,256,1024 \
+      --batch 4 --reps 5 --json >"$OUT/kernels_t$kt.json"
+  done
+  # The engine's own cost: the tiny preset (hidden 64) at 1x1, where compute is negligible.
+  for b in 1 16 1 16 1 16; do
+    flock "$LOCK" "$TRELLIS" run --preset tiny --workload "n=$b,in=$PROMPT,out=$GEN,seed=1" --max-seqs "$b" --json \
+      >"$OUT/tiny_b$b.json.tmp" 2>/dev/null
+    "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print($b, r['tpot']['mean_s'])" "$OUT/tiny_b$b.json.tmp" \
+      >>"$OUT/tiny.txt"
+  done
+  load "calibration end"
+  "$PY" - "$OUT" "$CORES" <<'PY'
+import json, statistics, sys, glob
+out, cores = sys.argv[1], int(sys.argv[2])
+cal = json.load(open(f"{out}/calibration.json"))
+# Linear-layer rate per (threads, rows): weight parameters per second over the layer's
+# shapes together (qkv, o, gate/up twice, down), i.e. total parameters / total time.
+use = {"qkv": 1, "o": 1, "gate/up": 2, "down": 1}
+points, flops, bw = [], [], []
+for path in sorted(glob.glob(f"{out}/kernels_t*.json")):
+    k = json.load(open(path))
+    t = k["threads"]
+    by_rows = {}
+    for g in k["gemv"]:
+        if g.get("dtype") != "f32" or g["shape"] not in use: continue
+        params = g["n"] * g["k"] * use[g["shape"]]
+        s = by_rows.setdefault(g["m"], [0.0, 0.0])
+        s[0] += params; s[1] += use[g["shape"]] * g["n"] * g["k"] * 4 / (g["GBps"] * 1e9)
+        if t == cores and g["m"] == 1: bw.append(g["GBps"] * 1e9)
+    for g in k["gemm"]:
+        if g["shape"] not in use: continue
+        params = g["n"] * g["k"] * use[g["shape"]]
+        s = by_rows.setdefault(g["m"], [0.0, 0.0])
+        s[0] += params; s[1] += use[g["shape"]] * 2 * g["m"] * g["n"] * g["k"] / (g["ours_f32_GFLOPs"] * 1e9)
+        if t == cores: flops.append(g["ours_f32_GFLOPs"] * 1e9)
+    for rows, (params, sec) in sorted(by_rows.items()):
+        points.append({"threads": t, "rows": rows, "params_per_s": params / sec})
+tiny = {}
+for line in open(f"{out}/tiny.txt"):
+    b, s = line.split(); tiny.setdefault(int(b), []).append(float(s))
+t1, t16 = statistics.median(tiny[1]), statistics.median(tiny[16])
+per_seq = max(0.0, (t16 - t1) / 15)
+cal["compute"] = {"device": "cpu", "flops": statistics.median(flops), "memory_bandwidth": statistics.median(bw),
+                  "cores": cores, "threads_per_rank": cores, "matmul": points,
+                  "source": "trellis bench kernels --preset PRESET --json, TRELLIS_KERNEL_THREADS=1 and all"}
+cal["runtime"] = {"step_overhead_us": (t1 - per_seq) * 1e6, "step_overhead_per_seq_us": per_seq * 1e6,
+                  "source": "trellis run --preset tiny 1x1, median TPOT at batch 1 and 16"}
+json.dump(cal, open(f"{out}/calibration.json", "w"), indent=2)
 PY
+fi
 
 # 2. the sweep
 rows="$OUT/rows.jsonl"
-: >"$rows"
 run_one() {  # run_one P T BATCH VARIANT CLUSTER_SPEC LAUNCHER...
   local p=$1 t=$2 b=$3 v=$4 spec=$5
   shift 5
   local vflag=()
   [ "$v" != standard ] && vflag=(--variant "$v")
-  if ! "$@" -np $((p * t)) "$TRELLIS" run --preset "$PRESET" --pp "$p" --tp "$t" "${vflag[@]}" \
+  if ! flock "$LOCK" "$@" -np $((p * t)) "$TRELLIS" run --preset "$PRESET" --pp "$p" --tp "$t" "${vflag[@]}" \
       --workload "n=$b,in=$PROMPT,out=$GEN,seed=1" --max-seqs "$b" --json >"$OUT/run.json" 2>"$OUT/run.err"; then
     echo "skip p=$p t=$t batch $b $v: $(tail -1 "$OUT/run.err")" >&2
     return 0
   fi
-  "$PY" - "$OUT/run.json" "$p" "$t" "$b" "$v" "$spec" "$PROMPT" "$GEN" >>"$rows" <<'PY'
+  "$PY" - "$OUT/run.json" "$p" "$t" "$b" "$v" "$spec" "$PROMPT" "$GEN" "$CORES" >>"$rows" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1])); p, t, b, v, spec, pl, gl = sys.argv[2:]
-row = {"pp": int(p), "tp": int(t), "batch": int(b), "variant": v, "prompt_len": int(pl), "gen_len": int(gl),
-       "tokens_per_s": r["throughput_tokens_per_s"], "tpot_ms": r["tpot"]["mean_s"] * 1e3, "layout": r["layout"]}
+r = json.load(open(sys.argv[1])); p, t, b, v, spec, pl, gl, cores = sys.argv[2:]
+p, t, b = int(p), int(t), int(b)
+groups = -(-b // -(-b // p))  # the engine's groups hold ceil(b/p) sequences each
+row = {"pp": p, "tp": t, "batch": b, "variant": v, "microbatches": groups, "prompt_len": int(pl),
+       "gen_len": int(gl), "tokens_per_s": r["throughput_tokens_per_s"], "tpot_ms": r["tpot"]["mean_s"] * 1e3,
+       "layout": r["layout"]}
 if spec:
     row["cluster"] = spec
-    row["ranks_per_host"] = max(1, int(p) * int(t) // 2)
+    row["ranks_per_host"] = max(1, p * t // 2)
+    row["shared_cores"] = int(cores)  # the emulated hosts are namespaces of this one machine
 print(json.dumps(row))
 PY
 }
-for layout in 1x1 1x2 2x1 2x2; do
-  p=${layout%x*} t=${layout#*x}
-  for b in $BATCHES; do
-    for v in $VARIANTS; do
-      [ "$t" = 1 ] && [ "$v" != standard ] && continue
-      run_one "$p" "$t" "$b" "$v" "" "$MPI"
+sweep() {  # sweep CLUSTER_SPEC LAYOUTS LAUNCHER...
+  local spec=$1 layouts=$2
+  shift 2
+  for rep in $(seq "$REPS"); do
+    load "$spec rep $rep"
+    for layout in $layouts; do
+      local p=${layout%x*} t=${layout#*x}
+      for b in $BATCHES; do
+        for v in $VARIANTS; do
+          [ "$t" = 1 ] && [ "$v" != standard ] && continue
+          run_one "$p" "$t" "$b" "$v" "$spec" "$@"
+        done
+      done
     done
   done
-done
-if [ "$HOSTS2" = 1 ]; then
-  "$HERE/scripts/cluster" up 2 --rate "$RATE"
-  trap '"$HERE/scripts/cluster" down' EXIT
-  spec="hosts=2,sockets=1,nics=1x${RATE_G}g-eth"
-  # The cross-host link (tcp through the shaped veth) is calibrated across the two hosts and
-  # merged into the in-host calibration.
-  "$HERE/scripts/cluster" mpirun -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration2.json" --no-peers \
-    --sections p2p,allreduce >"$OUT/bench_comm2.txt"
-  "$PY" - "$OUT/calibration.json" "$OUT/calibration2.json" <<'PY'
+}
+if [ "$SKIP_SWEEP" != 1 ]; then
+  : >"$rows"
+  sweep "" "1x1 1x2 2x1 2x2" "$MPI"
+  if [ "$HOSTS2" = 1 ]; then
+    if ip netns list 2>/dev/null | grep -qE '^th[0-9]+'; then
+      echo "emulated hosts exist (someone else's cluster?): skipping the two-host rows" >&2
+    else
+      "$HERE/scripts/cluster" up 2 --rate "$RATE"
+      trap '"$HERE/scripts/cluster" down' EXIT
+      spec="hosts=2,sockets=1,nics=1x${RATE_G}g-eth"
+      # The cross-host link (tcp through the shaped veth) is calibrated across the two
+      # hosts and merged into the in-host calibration.
+      flock "$LOCK" "$HERE/scripts/cluster" mpirun -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration2.json" \
+        --no-peers --sections p2p,allreduce >"$OUT/bench_comm2.txt"
+      "$PY" - "$OUT/calibration.json" "$OUT/calibration2.json" <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2]))
 have = {l["class"] for l in a.get("links", [])}
@@ -94,19 +169,28 @@ a["links"] = a.get("links", []) + [l for l in b.get("links", []) if l["class"] n
 a["allreduce"] = a.get("allreduce", []) + [r for r in b.get("allreduce", []) if r["class"] not in have]
 json.dump(a, open(sys.argv[1], "w"), indent=2)
 PY
-  for layout in 1x2 2x1 2x2; do
-    p=${layout%x*} t=${layout#*x}
-    for b in $BATCHES; do
-      for v in $VARIANTS; do
-        [ "$t" = 1 ] && [ "$v" != standard ] && continue
-        run_one "$p" "$t" "$b" "$v" "$spec" "$HERE/scripts/cluster" mpirun
-      done
-    done
-  done
+      sweep "$spec" "1x2 2x1 2x2" "$HERE/scripts/cluster" mpirun
+    fi
+  fi
+  load "sweep end"
 fi
+# Median over the repetitions of each (layout, batch, variant, cluster).
 "$PY" - "$rows" "$OUT/measurements.json" <<'PY'
-import json, sys
-runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+import json, statistics, sys
+groups = {}
+for line in open(sys.argv[1]):
+    if not line.strip(): continue
+    r = json.loads(line)
+    key = (r["pp"], r["tp"], r["batch"], r["variant"], r.get("cluster", ""))
+    groups.setdefault(key, []).append(r)
+runs = []
+for key, rs in groups.items():
+    row = dict(rs[0])
+    row["tokens_per_s"] = statistics.median(x["tokens_per_s"] for x in rs)
+    row["tpot_ms"] = statistics.median(x["tpot_ms"] for x in rs)
+    row["repetitions"] = len(rs)
+    row["tokens_per_s_all"] = [round(x["tokens_per_s"], 1) for x in rs]
+    runs.append(row)
 json.dump({"schema": "trellis.measurements.v1", "runs": runs}, open(sys.argv[2], "w"), indent=2)
 PY
 

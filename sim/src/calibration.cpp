@@ -92,6 +92,21 @@ std::optional<std::pair<LinkKind, CalibratedAllreduce>> read_allreduce(const Rea
   return std::make_pair(kind, m);
 }
 
+std::vector<MatmulPoint> read_matmul(const Reader& r, const json& a) {
+  if (!a.is_array()) r.fail("compute.matmul", "must be an array");
+  std::vector<MatmulPoint> out;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::string p = "compute.matmul[" + std::to_string(i) + "].";
+    if (!a[i].is_object()) r.fail(p.substr(0, p.size() - 1), "must be an object");
+    MatmulPoint m;
+    m.threads = static_cast<int>(r.num(a[i], "threads", p));
+    m.rows = r.num(a[i], "rows", p);
+    m.params_per_s = r.num(a[i], "params_per_s", p);
+    out.push_back(m);
+  }
+  return out;
+}
+
 }  // namespace
 
 LinkKind parse_link_kind(std::string_view name) {
@@ -156,9 +171,21 @@ Calibration Calibration::parse(std::string_view text, std::string_view origin) {
     cc.device = cj.value("device", std::string("cpu"));
     cc.flops = r.num(cj, "flops", "compute.");
     cc.memory_bandwidth = r.num(cj, "memory_bandwidth", "compute.");
+    if (cj.contains("cores")) cc.cores = static_cast<int>(r.num(cj, "cores", "compute."));
+    if (cj.contains("threads_per_rank")) cc.threads_per_rank = static_cast<int>(r.num(cj, "threads_per_rank", "compute."));
+    if (cj.contains("matmul")) cc.matmul = read_matmul(r, cj["matmul"]);
     c.compute_ = cc;
   }
-  if (c.links_.empty() && !c.compute_ && c.allreduce_.empty())
+  if (j.contains("runtime")) {
+    const json& rj = j["runtime"];
+    if (!rj.is_object()) r.fail("runtime", "must be an object");
+    CalibratedRuntime rt;
+    rt.step_overhead_s = r.num(rj, "step_overhead_us", "runtime.", false) * 1e-6;
+    if (rj.contains("step_overhead_per_seq_us"))
+      rt.step_overhead_per_seq_s = r.num(rj, "step_overhead_per_seq_us", "runtime.", false) * 1e-6;
+    c.runtime_ = rt;
+  }
+  if (c.links_.empty() && !c.compute_ && c.allreduce_.empty() && !c.runtime_)
     r.fail("links", "and 'allreduce' and 'compute' are all absent: nothing to calibrate");
   return c;
 }

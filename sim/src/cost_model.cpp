@@ -53,6 +53,22 @@ Roof roof(const ModelInputs& in, double flops, double bytes) {
   return {t, tb >= tf ? t : 0};
 }
 
+// A linear layer of `params` weights on `rows` rows on a CPU rank sharing the host's cores
+// (departure 11), plus the layer's non-GEMM work (`flops`, `bytes`: attention scores and
+// values, KV cache, activations) at the rank's share of the host's measured rates.
+Roof cpu_roof(const ModelInputs& in, double params, double rows, double flops, double bytes) {
+  const CpuSharing& c = in.cpu;
+  const int k = cpu_busy_ranks(c, in.layout, in.ranks_per_host);
+  const double cap = c.threads_per_rank > 0 ? std::min<double>(c.threads_per_rank, c.cores) : c.cores;
+  const double cores = std::min(c.cores / k, cap);
+  const double share = cores / c.cores;
+  const double t = params * cpu_seconds_per_param(c, rows, cores) +
+                   std::max(flops / (c.host_flops * share), bytes / (c.host_memory_bandwidth * share));
+  // Memory-bound when streaming the weights takes longer than their arithmetic would.
+  const bool mem = params * in.work.weight_bytes / c.host_memory_bandwidth >= 2 * params * rows / c.host_flops;
+  return {t, mem ? t : 0};
+}
+
 // Compute of one layer's two modules for `tokens` new tokens of `seqs` sequences that attend
 // over `ctx` positions on average (decode: the cache; prefill: half the prompt, causal).
 struct LayerCompute {
@@ -66,6 +82,11 @@ LayerCompute layer_compute(const ModelInputs& in, double seqs, double tokens, do
   const double kv_token = 2.0 * s.kv_heads * m.head_dim * in.work.kv_bytes;
   const double kv_traffic = prefill ? tokens * kv_token : seqs * ctx * kv_token;
   LayerCompute c;
+  if (in.cpu.enabled) {
+    c.attn = cpu_roof(in, s.attn_params, tokens, 4 * tokens * ctx * s.q_dim, kv_traffic + 4 * tokens * m.hidden * ab);
+    c.mlp = cpu_roof(in, s.mlp_params, tokens, 0, tokens * (2.0 * m.hidden + 3.0 * m.intermediate / in.layout.t) * ab);
+    return c;
+  }
   c.attn = roof(in, 2 * s.attn_params * tokens + 4 * tokens * ctx * s.q_dim,
                 s.attn_params * wb + kv_traffic + 4 * tokens * m.hidden * ab);
   c.mlp = roof(in, 2 * s.mlp_params * tokens,
@@ -124,8 +145,9 @@ StageCost stage_cost(const ModelInputs& in, int stage, int n_layers, double seqs
   if (stage == p - 1) {
     // Only the last position of each sequence needs logits; vocab-parallel over t ranks,
     // gathered (f32) for the sampler.
-    const Roof head = roof(in, 2.0 * m.vocab * m.hidden / t * seqs,
-                           static_cast<double>(m.vocab) * m.hidden / t * in.work.weight_bytes);
+    const double head_params = static_cast<double>(m.vocab) * m.hidden / t;
+    const Roof head = in.cpu.enabled ? cpu_roof(in, head_params, seqs, 0, 0)
+                                     : roof(in, 2.0 * head_params * seqs, head_params * in.work.weight_bytes);
     const LinkCost& l = in.links.tp.intra;
     const double gather = t <= 1 ? 0 : (t - 1) * l.alpha_s + (t - 1.0) / t * seqs * m.vocab * 4 / l.bandwidth;
     c.head = head.time;
@@ -187,6 +209,52 @@ double allreduce_time(const GroupLinks& g, double bytes) {
 double roofline_time(const DeviceSpec& d, const Efficiency& e, double flops, double bytes, bool f32) {
   const double peak = f32 ? d.dense_flops_fp32 : d.dense_flops_bf16;
   return std::max(flops / (peak * e.compute), bytes / (d.memory_bandwidth * e.memory));
+}
+
+namespace {
+// The measured rate curve of one thread count at `rows`: linear between measured rows,
+// the smallest row count's time below it, FLOP-bound (proportional to rows) above the largest.
+double curve_at(const std::vector<MatmulPoint>& pts, int threads, double rows) {
+  const MatmulPoint* lo = nullptr;  // largest measured rows <= rows
+  const MatmulPoint* hi = nullptr;  // smallest measured rows >= rows
+  const MatmulPoint* first = nullptr;
+  const MatmulPoint* last = nullptr;
+  for (const auto& p : pts) {
+    if (p.threads != threads) continue;
+    if (!first || p.rows < first->rows) first = &p;
+    if (!last || p.rows > last->rows) last = &p;
+    if (p.rows <= rows && (!lo || p.rows > lo->rows)) lo = &p;
+    if (p.rows >= rows && (!hi || p.rows < hi->rows)) hi = &p;
+  }
+  if (!lo) return 1 / first->params_per_s;
+  if (!hi) return rows / last->rows / last->params_per_s;
+  if (hi->rows == lo->rows) return 1 / lo->params_per_s;
+  const double f = (rows - lo->rows) / (hi->rows - lo->rows);
+  return (1 - f) / lo->params_per_s + f / hi->params_per_s;
+}
+}  // namespace
+
+double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores) {
+  if (c.matmul.empty()) throw_error(ErrorCode::kInvalidArgument, "CPU sharing model without measured matmul rates");
+  int t_min = c.matmul.front().threads, t_max = t_min, t_lo = 0, t_hi = 0;
+  for (const auto& p : c.matmul) {
+    t_min = std::min(t_min, p.threads);
+    t_max = std::max(t_max, p.threads);
+    if (p.threads <= cores && p.threads > t_lo) t_lo = p.threads;
+    if (p.threads >= cores && (t_hi == 0 || p.threads < t_hi)) t_hi = p.threads;
+  }
+  if (cores <= t_min) return curve_at(c.matmul, t_min, rows) * t_min / cores;  // time-shared cores
+  if (cores >= t_max) return curve_at(c.matmul, t_max, rows);
+  const double a = curve_at(c.matmul, t_lo, rows), b = curve_at(c.matmul, t_hi, rows);
+  if (t_hi == t_lo) return a;
+  const double f = (cores - t_lo) / (t_hi - t_lo);
+  return (1 - f) * a + f * b;
+}
+
+int cpu_busy_ranks(const CpuSharing& c, const Layout& l, int ranks_per_host) {
+  const int busy = l.t * std::min(l.microbatches, l.p);
+  const int placed = c.one_machine ? l.p * l.t : ranks_per_host;
+  return std::max(1, std::min(busy, placed));
 }
 
 std::vector<int> layers_per_stage(int layers, int p) {

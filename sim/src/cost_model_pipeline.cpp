@@ -55,6 +55,8 @@ double loop_latency(const ModelInputs& in, const std::vector<StageStep>& st, dou
   // With token-safe execution only stage 0 waits for its inputs; later stages prepare while
   // the hidden state travels. Without it every stage prepares after it is released.
   t += k.token_safe ? prep : prep * static_cast<double>(st.size());
+  // The engine's measured per-iteration cost (departure 12).
+  t += in.host.step_overhead_s + in.host.step_overhead_per_seq_s * seqs;
   if (!in.links.boundaries.empty()) {
     double worst_alpha = 0;
     for (const auto& b : in.links.boundaries) worst_alpha = std::max(worst_alpha, b.alpha_s);

@@ -44,6 +44,8 @@ ModelInputs inputs(const PlanRequest& r, const Layout& l, int batch, const Layou
   in.techniques = r.techniques;
   in.host = r.host;
   in.efficiency = r.efficiency;
+  in.cpu = r.cpu;
+  in.ranks_per_host = std::min(l.p * l.t, r.cluster.devices_per_host);
   in.compute_scale = r.compute_scale;
   in.memory_scale = r.memory_scale;
   return in;

@@ -81,6 +81,7 @@ std::vector<Measurement> parse_measurements(const std::string& text, const std::
     m.t = static_cast<int>(number(r, "tp", p, origin, true));
     m.batch = static_cast<int>(number(r, "batch", p, origin, true));
     m.ranks_per_host = static_cast<int>(number(r, "ranks_per_host", p, origin, false));
+    m.shared_cores = static_cast<int>(number(r, "shared_cores", p, origin, false));
     m.microbatches = r.contains("microbatches") ? static_cast<int>(number(r, "microbatches", p, origin, true)) : 1;
     m.prompt_len = static_cast<int>(number(r, "prompt_len", p, origin, false));
     m.gen_len = static_cast<int>(number(r, "gen_len", p, origin, false));
@@ -123,6 +124,11 @@ ValidationReport validate(const PlanRequest& request, const std::vector<Measurem
                                     m.ranks_per_host);
     if (m.cluster.empty() && r.cluster.device.kind == DeviceKind::kCpu && r.cluster.hosts == 1)
       r.cluster = with_ranks_per_host(r.cluster, m.p * m.t);
+    // Runs of a sweep on one machine share its cores, emulated hosts included.
+    if (r.cpu.enabled && (m.shared_cores > 0 || (m.cluster.empty() && r.cluster.hosts == 1))) {
+      r.cpu.one_machine = true;
+      if (m.shared_cores > 0) r.cpu.cores = m.shared_cores;
+    }
     if (m.prompt_len > 0) r.work.prompt_len = m.prompt_len;
     if (m.gen_len > 0) r.work.gen_len = m.gen_len;
     Layout l{m.p, m.t, m.microbatches, m.variant, r.lp_fraction};

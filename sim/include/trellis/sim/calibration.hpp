@@ -11,7 +11,14 @@
 //                  "points": [ { "bytes": 8, "seconds": 3.2e-6 }, ... ] } ],
 //     "allreduce": [ { "class": "shm", "algorithm": "ring", "ranks": 4, "alpha_us": 9.0,
 //                      "bus_bandwidth_GBps": 2.1 } ],
-//     "compute": { "device": "cpu", "flops": 1.1e11, "memory_bandwidth": 1.2e10 } }
+//     "compute": { "device": "cpu", "flops": 1.1e11, "memory_bandwidth": 1.2e10,
+//                  // optional, CPU hosts: cores the ranks share, kernel threads per rank, and
+//                  // measured linear-layer rates (weight parameters per second) by thread
+//                  // count and rows M (decode: M = sequences; prefill: M = tokens)
+//                  "cores": 2, "threads_per_rank": 2,
+//                  "matmul": [ { "threads": 1, "rows": 1, "params_per_s": 3.1e9 }, ... ] },
+//     "runtime": { "step_overhead_us": 230, "step_overhead_per_seq_us": 40 } }
+//                  // the engine's cost per iteration (fixed + per sequence), measured
 //
 // This is the file transport/'s calibration.hpp writes; a bandwidth_GBps of 0 (the writer
 // could not fit one) keeps the catalog bandwidth with the measured alpha.
@@ -25,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "trellis/sim/catalog.hpp"
 
@@ -48,10 +56,29 @@ struct CalibratedAllreduce {
   }
 };
 
+// One measured linear-layer rate: `threads` kernel threads multiplying M = `rows` rows by
+// weight matrices of the model's shapes processed `params_per_s` weight parameters per
+// second (GEMV at small M reads each weight once; GEMM at large M is FLOP-bound).
+struct MatmulPoint {
+  int threads = 1;
+  double rows = 1;
+  double params_per_s = 0;
+};
+
 struct CalibratedCompute {
   std::string device;         // what was measured ("cpu", "H100-SXM")
   double flops = 0;           // sustained FLOP/s of the GEMMs the model runs
   double memory_bandwidth = 0;  // sustained bytes/s of streaming reads
+  int cores = 0;              // CPU: cores of the measured host (0: not given)
+  int threads_per_rank = 0;   // CPU: kernel threads each rank runs (0: all cores)
+  std::vector<MatmulPoint> matmul;  // CPU: measured rates by (threads, rows); may be empty
+};
+
+// The engine's own cost per iteration (scheduling, input preparation hand-off, sampling,
+// token return), measured with a model whose compute is negligible.
+struct CalibratedRuntime {
+  double step_overhead_s = 0;          // per iteration
+  double step_overhead_per_seq_s = 0;  // plus this per sequence in the iteration
 };
 
 class Calibration {
@@ -64,6 +91,7 @@ class Calibration {
   // The measured figures for a link class, if the file has them.
   const CalibratedLink* link(LinkKind kind) const;
   const std::optional<CalibratedCompute>& compute() const { return compute_; }
+  const std::optional<CalibratedRuntime>& runtime() const { return runtime_; }
   // The fastest trellis all-reduce measured on `kind` with exactly `ranks` ranks (peers
   // such as MPI_Allreduce and gloo are not trellis algorithms and are skipped), or null.
   const CalibratedAllreduce* allreduce(LinkKind kind, int ranks) const;
@@ -74,6 +102,7 @@ class Calibration {
   std::map<LinkKind, CalibratedLink> links_;
   std::map<std::pair<LinkKind, int>, CalibratedAllreduce> allreduce_;
   std::optional<CalibratedCompute> compute_;
+  std::optional<CalibratedRuntime> runtime_;
 };
 
 // Maps "shm", "tcp", "rdma", "ib", "roce", "nvlink", "pcie", "same-process" to a LinkKind;

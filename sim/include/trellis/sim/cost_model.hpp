@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trellis/sim/calibration.hpp"
 #include "trellis/sim/catalog.hpp"
 
 namespace trellis::sim {
@@ -105,7 +106,28 @@ struct HostCosts {
   double reserve_bytes = 1.5 * 1024 * 1024 * 1024.0;  // runtime context, comm buffers
   double memory_utilisation = 0.95;      // share of device memory the engine may use
   int prefill_chunk_tokens = 8192;       // prompt tokens prefilled at once (activation memory)
+  double step_overhead_s = 0;            // the engine's own cost per iteration (calibration;
+                                         // 0 = none beyond the terms above)
+  double step_overhead_per_seq_s = 0;    // plus this per sequence of the microbatch
 };
+
+// CPU hosts: the ranks placed on a host share its cores, and a linear layer's speed depends
+// on how many rows it multiplies and how many cores its rank gets. When `enabled` (a
+// calibration with measured matmul rates), linear layers cost params x seconds-per-param
+// measured at (rows, threads) instead of the roofline, and the cores are divided among the
+// ranks busy at the same time: the t ranks of each stage that holds a microbatch, i.e.
+// t x min(m, p) ranks, capped by the ranks placed on the shared cores. A rank never gets
+// more cores than its kernel threads. docs/planner.md, departure 11.
+struct CpuSharing {
+  bool enabled = false;
+  double cores = 1;             // cores the ranks share
+  int threads_per_rank = 0;     // kernel threads per rank (0: all cores)
+  bool one_machine = false;     // every rank of the layout runs on these cores (emulated hosts)
+  std::vector<MatmulPoint> matmul;  // measured rates; at least one point when enabled
+  double host_flops = 0;        // whole host, for the attention core (scores, values)
+  double host_memory_bandwidth = 0;  // whole host, for KV-cache and activation traffic
+};
+
 
 // Efficiency of the roofline ceilings actually reached by inference kernels.
 struct Efficiency {
@@ -131,6 +153,8 @@ struct ModelInputs {
   PipelineTechniques techniques;
   HostCosts host;
   Efficiency efficiency;
+  CpuSharing cpu;             // CPU hosts with measured matmul rates (else roofline)
+  int ranks_per_host = 1;     // ranks of this layout on one host (core sharing)
   double compute_scale = 1;   // calibration: measured / catalog compute throughput
   double memory_scale = 1;    // calibration: measured / catalog memory bandwidth
 };
@@ -180,6 +204,14 @@ double allreduce_time(const GroupLinks& g, double bytes);
 double transfer_time(const LinkCost& l, double bytes);
 // Roofline time of `flops` and `bytes` on the device at the given efficiencies.
 double roofline_time(const DeviceSpec& d, const Efficiency& e, double flops, double bytes, bool f32);
+
+// Seconds per weight parameter of a linear layer multiplying `rows` rows on a rank that gets
+// `cores` cores: the measured curve of the nearest thread counts, linear in rows between
+// measured rows (beyond the largest, FLOP-bound: proportional to rows), linear in cores
+// between measured thread counts, and slowed by 1/cores below the smallest (time-sharing).
+double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores);
+// Ranks computing at the same time on the shared cores for a layout (>= 1).
+int cpu_busy_ranks(const CpuSharing& c, const Layout& l, int ranks_per_host);
 
 // Layers per stage: an even split, the first L mod p stages one layer more.
 std::vector<int> layers_per_stage(int layers, int p);

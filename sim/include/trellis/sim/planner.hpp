@@ -30,6 +30,7 @@ struct PlanRequest {
   PipelineTechniques techniques;
   HostCosts host;
   Efficiency efficiency;
+  CpuSharing cpu;                   // CPU hosts with measured matmul rates (calibration)
   double compute_scale = 1;         // from calibration
   double memory_scale = 1;
   double lp_fraction = 0.8;

@@ -5,7 +5,7 @@
 //   { "schema": "trellis.measurements.v1",
 //     "runs": [ { "pp": 1, "tp": 2, "batch": 4, "variant": "standard", "microbatches": 1,
 //                 "prompt_len": 64, "gen_len": 32, "cluster": "hosts=2,nics=1x1g-eth",
-//                 "ranks_per_host": 2, "tokens_per_s": 123.4, "tpot_ms": 31.0 }, ... ] }
+//                 "ranks_per_host": 2, "shared_cores": 2, "tokens_per_s": 123.4, "tpot_ms": 31.0 }, ... ] }
 //
 // tokens_per_s is what `trellis run` reports: generated tokens over the wall time of the
 // generation, prefill included (the planner's tokens_per_s); tpot_ms its mean TPOT.
@@ -30,6 +30,8 @@ struct Measurement {
   int prompt_len = 0, gen_len = 0;  // 0: the request's
   std::string cluster;               // synthetic spec, or "" for the request's cluster
   int ranks_per_host = 0;            // CPU ranks per host of that cluster (0: NUMA nodes)
+  int shared_cores = 0;              // >0: every rank ran on these cores of one machine
+                                     // (emulated hosts); they share them (departure 11)
   double tokens_per_s = 0;
   double tpot_s = 0;
 };
