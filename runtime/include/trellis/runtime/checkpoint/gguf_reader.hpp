@@ -15,7 +15,8 @@
 //    row by row, so HF row h*d + s*d/2 + i is read from stored row h*d + 2i + s.
 //  * types: F32, F16, BF16, Q8_0, Q4_0, Q4_1 are dequantised at load into f32 or bf16.
 //    Only the blocks covering the requested columns of the requested rows are touched
-//    (a quantised row is sliced at block boundaries, then trimmed).
+//    (a quantised row is sliced at block boundaries, then trimmed). read_slice_raw hands
+//    out the stored blocks of block-aligned slices unchanged (rotary rows still reordered).
 //  * config: config_json() synthesises a Hugging Face config.json from the <arch>.* keys.
 #pragma once
 
