@@ -1,5 +1,5 @@
 // `trellis study variants`: every communication-reducing model variant over a set of batch
-// sizes on one tensor-parallel group (t = world size; pp = 1), timed side by side, printed as
+// sizes on tensor-parallel groups (t x pp = world size), timed side by side, printed as
 // Ladder Residual's Table 2/6 and written as CSV and an SVG chart (runtime/study). Every rank
 // builds the same synthetic weights (--preset) or reads the same checkpoint (--model) and
 // holds its 1/t shard; the TP group is the fastest the transport offers for the ranks'
@@ -99,8 +99,8 @@ std::vector<runtime::VariantSpec> parse_variants(const StudyOptions& o, const ru
 }
 
 int run_study(Session& s, StudyOptions o) {
-  if (o.pp != 1) throw_error(ErrorCode::kUnsupported, "study variants: --pp {} is not supported yet (only --pp 1: one TP group)", o.pp);
-  if (o.tp == 0) o.tp = s.size();
+  if (o.pp < 1) throw_error(ErrorCode::kInvalidArgument, "study variants: --pp must be >= 1 (got {})", o.pp);
+  if (o.tp == 0) o.tp = s.size() / o.pp;
   if (!s.require_world(s.size() == o.tp * o.pp,
                        fmt::format("study variants: the world has {} ranks but --tp {} x --pp {} needs {}; "
                                    "launch with mpirun -np {}", s.size(), o.tp, o.pp, o.tp * o.pp, o.tp * o.pp)))
@@ -111,28 +111,41 @@ int run_study(Session& s, StudyOptions o) {
   std::string model_name;
   auto reader = open_model(o, cfg, model_name);
   const auto specs = parse_variants(o, cfg);
+  const auto place = runtime::StagePlace::of(s.rank(), o.tp, o.pp, cfg.num_layers);
 
   kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")));
+  // One TP group per stage (world ranks stage * tp ... stage * tp + tp - 1); make_group is
+  // collective over the world, so every rank makes every stage's group in order.
   std::unique_ptr<transport::Group> group;
   if (s.size() == 1) {
     group = transport::make_single_group(0);
   } else {
-    std::vector<int> all(static_cast<std::size_t>(s.size()));
-    for (int i = 0; i < s.size(); ++i) all[static_cast<std::size_t>(i)] = i;
-    group = transport::make_group(s.world(), all, transport::GroupOptions::from_config(s.config), s.config);
+    for (int st = 0; st < o.pp; ++st) {
+      std::vector<int> members;
+      for (int i = 0; i < o.tp; ++i) members.push_back(st * o.tp + i);
+      auto g = transport::make_group(s.world(), members, transport::GroupOptions::from_config(s.config), s.config);
+      if (st == place.stage) group = std::move(g);
+    }
   }
   runtime::LoadOptions lo;
+  lo.first_layer = place.first_layer;
+  lo.last_layer = place.last_layer;
   lo.max_slots = *std::max_element(batches.begin(), batches.end());
   lo.max_seq_len = o.prompt_len + o.gen_len;
   lo.weight_dtype = o.weights == "f32" ? runtime::ElemType::kF32 : runtime::ElemType::kBF16;
   runtime::LlamaModel model(*reader, cfg, *group, ctx, lo);
 
   runtime::StudyRun run;
+  run.place = place;
   run.prompt_len = o.prompt_len;
   run.gen_len = o.gen_len;
   run.repeats = o.repeats;
   run.warmup = o.warmup;
   run.deadline = s.config.get_duration("comm.deadline_ms");
+  run.reader = reader.get();
+  run.load = lo;
+  run.progress.enabled = s.config.get_bool("comm.progress_thread");
+  run.progress.interval = std::chrono::microseconds(s.config.get_int("comm.progress_interval_us"));
   std::vector<runtime::StudyPoint> points;
   for (int b : batches)
     for (const auto& spec : specs) {
@@ -145,12 +158,14 @@ int run_study(Session& s, StudyOptions o) {
   if (!s.is_root()) return 0;
 
   const std::string title =
-      fmt::format("trellis study variants: {}, tp={} ({} group{}), {} weights, {} kernel threads per rank", model_name, o.tp,
-                  group->describe(), s.config.get_bool("comm.no_nvlink") ? ", --no-nvlink" : "", o.weights, ctx.threads());
+      fmt::format("trellis study variants: {}, tp={} ({} group{}), pp={}, {} weights, {} kernel threads per rank, "
+                  "ladder progress thread {}", model_name, o.tp, group->describe(),
+                  s.config.get_bool("comm.no_nvlink") ? ", --no-nvlink" : "", o.pp, o.weights, ctx.threads(),
+                  run.progress.enabled ? fmt::format("on ({} us)", run.progress.interval.count()) : std::string("off"));
   if (!o.csv.empty()) std::ofstream(o.csv) << runtime::format_study_csv(points);
   if (!o.svg.empty()) std::ofstream(o.svg) << runtime::format_study_svg(points, title);
   if (o.json) {
-    nlohmann::json j = {{"title", title}, {"tp", o.tp}, {"group", group->describe()}, {"points", nlohmann::json::array()}};
+    nlohmann::json j = {{"title", title}, {"tp", o.tp}, {"pp", o.pp}, {"group", group->describe()}, {"points", nlohmann::json::array()}};
     for (const auto& p : points)
       j["points"].push_back({{"variant", p.variant}, {"layers", p.layers}, {"batch", p.batch}, {"prefill_ms", 1e3 * p.prefill_s},
                              {"decode_ms", 1e3 * p.decode_s}, {"tokens_per_s", p.tokens_per_s}, {"speedup_pct", p.speedup_pct},
@@ -172,8 +187,8 @@ Action define_study_variants(CLI::App& sub) {
   sub.add_option("--preset", o->preset, "Synthetic model preset instead of --model (default: small)");
   sub.add_option("--weights", o->weights, "Weight type in memory (and of a preset's synthetic weights): bf16 or f32")
       ->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
-  sub.add_option("--tp", o->tp, "Tensor-parallel ranks (default: the world size)");
-  sub.add_option("--pp", o->pp, "Pipeline stages (only 1 is supported)")->capture_default_str();
+  sub.add_option("--tp", o->tp, "Tensor-parallel ranks per stage (default: world size / pp)");
+  sub.add_option("--pp", o->pp, "Pipeline stages (world = tp x pp; rank = stage x tp + TP rank)")->capture_default_str();
   sub.add_option("--batch", o->batches, "Batch sizes, comma-separated")->capture_default_str();
   sub.add_option("--prompt-len", o->prompt_len, "Prompt tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
   sub.add_option("--gen-len", o->gen_len, "Decode steps")->check(CLI::PositiveNumber)->capture_default_str();

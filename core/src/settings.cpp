@@ -50,6 +50,13 @@ constexpr std::array kSettings = {
                 ""},
     SettingSpec{"comm.coll_doubling_max", T::kSize, "64KiB",
                 "ring all-reduce: recursive doubling up to this size (power-of-two groups), ring above", ""},
+    SettingSpec{"comm.progress_thread", T::kBool, "true",
+                "Drive asynchronous all-reduces (Ladder Residual) on a background thread that sleeps "
+                "comm.progress_interval_us between tests, so they move while the next module computes",
+                "TRELLIS_PROGRESS_THREAD"},
+    SettingSpec{"comm.progress_interval_us", T::kInt, "20",
+                "Progress thread: microseconds slept between tests of outstanding requests (0: yield)",
+                "TRELLIS_PROGRESS_INTERVAL_US"},
     SettingSpec{"comm.stream_mode", T::kString, "aware",
                 "Stage-to-stage streaming: aware (schema once, raw bytes after) or baseline (size, "
                 "metadata blob, then each tensor, every iteration)",

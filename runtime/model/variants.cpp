@@ -1,11 +1,13 @@
 // Residual wirings of the communication-reducing variants (see variants.hpp for the math).
 #include "trellis/runtime/model/variants.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/kernels/ops.hpp"
+#include "trellis/transport/group.hpp"
 
 namespace trellis::runtime {
 
@@ -30,6 +32,29 @@ void copy_rows(const TensorView& src, const TensorView& dst) {
   for (std::int64_t r = 0; r < src.rows(); ++r)
     std::memcpy(dst.row_ptr(r), src.row_ptr(r), static_cast<std::size_t>(src.cols()) * sizeof(float));
 }
+
+// The group of an lp layer shard: rank r of t/2 for TpLayout, never communicating (the
+// pair's reductions go over the whole TP group through the runner).
+class LayerShardGroup final : public transport::Group {
+ public:
+  LayerShardGroup(int rank, int size) : rank_(rank), size_(size), members_{rank} {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::vector<int>& members() const override { return members_; }
+  std::string describe() const override { return "lp layer shard"; }
+  void all_reduce(void*, std::size_t, transport::DType) override { fail("all-reduce"); }
+  transport::RequestPtr all_reduce_async(void*, std::size_t, transport::DType) override { fail("all-reduce"); }
+  void broadcast(void*, std::size_t, int) override { fail("broadcast"); }
+  void all_gather(const void*, void*, std::size_t) override { fail("all-gather"); }
+  void barrier() override { fail("barrier"); }
+
+ private:
+  [[noreturn]] static void fail(const char* what) {
+    throw_error(ErrorCode::kInternal, "lp layer shard: unexpected {} (its reductions go over the TP group)", what);
+  }
+  int rank_, size_;
+  std::vector<int> members_;
+};
 
 }  // namespace
 
@@ -83,17 +108,58 @@ void validate_variant(const VariantSpec& spec, const ModelConfig& cfg, int tp) {
                   "variant lp pairs consecutive layers: its range [{}, {}) holds {} layers, which is odd "
                   "(give it a layer range with an even number of layers)", spec.range_first, last, last - spec.range_first);
     // The paper puts one or more ranks on each layer of a pair; heads per rank must divide.
-    if (tp > 1 && (tp % 2 != 0 || cfg.num_heads % (tp / 2) != 0))
+    if (tp > 1 && (tp % 2 != 0 || cfg.num_heads % (tp / 2) != 0 || cfg.num_kv_heads % (tp / 2) != 0 ||
+                   cfg.intermediate_size % (tp / 2) != 0))
       throw_error(ErrorCode::kInvalidArgument,
-                  "variant lp at t={} needs t even and the {} attention heads divisible by t/2 (one or more "
-                  "ranks per layer of a pair)", tp, cfg.num_heads);
+                  "variant lp at t={} places each layer of a pair on t/2 ranks: it needs t even and the {} attention "
+                  "heads, {} KV heads and intermediate size {} divisible by t/2 = {}", tp, cfg.num_heads,
+                  cfg.num_kv_heads, cfg.intermediate_size, tp / 2);
   }
 }
 
-VariantRunner::VariantRunner(LlamaModel& model, VariantSpec spec, Millis deadline)
-    : m_(model), spec_(spec), deadline_(deadline), bufs_(kCount) {
+VariantRunner::VariantRunner(LlamaModel& model, VariantSpec spec, Millis deadline, VariantOptions opts)
+    : m_(model), spec_(spec), deadline_(deadline), bufs_(kCount), progress_(opts.progress) {
   if (spec_.range_last < 0) spec_.range_last = model.config().num_layers;
   validate_variant(spec_, model.config(), model.group().size());
+  if (spec_.kind == Variant::kLayerParallel && model.group().size() > 1 && opts.reader != nullptr) load_lp_shards(opts);
+}
+
+VariantRunner::~VariantRunner() = default;
+
+std::vector<int> VariantRunner::lp_pair_starts() const {
+  // As run_layers walks the stage: the in-range stretch, paired from its first layer; an odd
+  // leftover at a stage edge runs standard.
+  std::vector<int> starts;
+  const int first = std::max(m_.first_layer(), spec_.range_first), last = std::min(m_.last_layer(), spec_.range_last);
+  for (int l = first; l + 1 < last; l += 2) starts.push_back(l);
+  return starts;
+}
+
+// The paper's placement: TP ranks [0, t/2) take layer k of every pair, [t/2, t) layer k+1,
+// each as rank (r mod t/2) of a t/2-way split. The one-layer models never communicate (their
+// group only reports rank and size); the pair's all-reduce runs over the whole TP group.
+void VariantRunner::load_lp_shards(const VariantOptions& opts) {
+  const int t = m_.group().size(), r = m_.group().rank(), half = t / 2;
+  lp_shard_group_ = std::make_unique<LayerShardGroup>(r % half, half);
+  const int side = r / half;  // 0: first layer of each pair, 1: second
+  for (int k : lp_pair_starts()) {
+    LoadOptions lo = opts.load;
+    lo.first_layer = k + side;
+    lo.last_layer = k + side + 1;
+    lp_models_.emplace_back(k, std::make_unique<LlamaModel>(*opts.reader, m_.config(), *lp_shard_group_, m_.context(), lo));
+  }
+}
+
+std::string_view VariantRunner::lp_placement() const {
+  if (spec_.kind != Variant::kLayerParallel) return "";
+  if (m_.group().size() == 1) return "single";
+  return lp_shard_group_ ? "layer" : "heads";
+}
+
+int VariantRunner::lp_layer_held(int pair_first) const {
+  for (const auto& [k, model] : lp_models_)
+    if (k == pair_first) return model->first_layer();
+  return -1;
 }
 
 bool VariantRunner::in_range(int layer) const { return layer >= spec_.range_first && layer < spec_.range_last; }
@@ -198,7 +264,8 @@ void VariantRunner::ladder_span(const Batch& batch, const TensorView& x, int fir
         pending->wait(Deadline::after(deadline_));
         kernels::add(ctx, x, pending_buf, x);
       }
-      pending = m_.all_reduce_async(out);
+      // The progress thread keeps testing it while the next module computes on this thread.
+      pending = progress_.drive(m_.all_reduce_async(out));
       ++all_reduces_;
       pending_buf = out;
       which = which == kA ? kB : kA;
@@ -244,6 +311,22 @@ void VariantRunner::desync_span(const Batch& batch, const TensorView& x, int fir
 void VariantRunner::lp_pair(const Batch& batch, const TensorView& x, int layer) {
   const auto& ctx = m_.context();
   TensorView a = buf(kA, x.rows()), b = buf(kB, x.rows());
+  if (lp_shard_group_) {
+    // Paper's placement: this rank's partial of its own layer of the pair; the all-reduce
+    // over the t ranks sums both layers' shards.
+    auto it = std::find_if(lp_models_.begin(), lp_models_.end(), [&](const auto& e) { return e.first == layer; });
+    if (it == lp_models_.end())
+      throw_error(ErrorCode::kInternal, "lp: no layer shard for the pair starting at layer {} (stage layers [{}, {}))", layer,
+                  m_.first_layer(), m_.last_layer());
+    LlamaModel& mine = *it->second;
+    mine.attention_partial(mine.first_layer(), batch, x, a);
+    reduce(a);
+    kernels::add(ctx, x, a, x);
+    mine.mlp_partial(mine.first_layer(), x, a);
+    reduce(a);
+    kernels::add(ctx, x, a, x);
+    return;
+  }
   m_.attention_partial(layer, batch, x, a);
   m_.attention_partial(layer + 1, batch, x, b);
   kernels::add(ctx, a, b, a);

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <cstring>
+#include <span>
 #include <sstream>
 
 #include "trellis/core/error.hpp"
@@ -66,16 +68,68 @@ std::vector<std::string> variants_of(const std::vector<StudyPoint>& points) {
 
 }  // namespace
 
+StagePlace StagePlace::of(int world_rank, int tp, int pp, int num_layers) {
+  if (tp < 1 || pp < 1 || pp > num_layers)
+    throw_error(ErrorCode::kInvalidArgument, "study: --tp {} x --pp {} cannot split a model of {} layers (need 1 <= pp <= layers)",
+                tp, pp, num_layers);
+  StagePlace p;
+  p.tp = tp;
+  p.pp = pp;
+  p.stage = world_rank / tp;
+  p.tp_rank = world_rank % tp;
+  // Even split; the first num_layers % pp stages take one more.
+  const int base = num_layers / pp, extra = num_layers % pp;
+  for (int s = 0; s < p.stage; ++s) p.first_layer += base + (s < extra ? 1 : 0);
+  p.last_layer = p.first_layer + base + (p.stage < extra ? 1 : 0);
+  return p;
+}
+
+namespace {
+
+// One forward of the pipeline on this rank: receive the hidden state from the previous stage
+// (or embed), run this stage's layers with the variant, then pass x on, or (last stage)
+// compute the logits and send the next tokens back to the first stage, which waits for them:
+// a decode step needs the previous step's token, so stages never run ahead.
+void pipeline_forward(VariantRunner& runner, LlamaModel& model, const Batch& batch, const kernels::TensorView& x,
+                      const kernels::TensorView& local, std::vector<float>& full, bool gather, const StagePlace& place,
+                      transport::Bootstrap& world, Millis deadline) {
+  constexpr int kActTag = 0x5701, kTokTag = 0x5702;
+  const int me = world.rank();
+  auto bytes = [](const kernels::TensorView& t) {
+    return std::span<std::byte>(static_cast<std::byte*>(t.data), static_cast<std::size_t>(t.numel()) * sizeof(float));
+  };
+  if (place.stage > 0) world.recv(me - place.tp, kActTag, bytes(x), Deadline::after(deadline));
+  runner.run_stage(batch, x);
+  if (place.stage + 1 < place.pp) world.send(me + place.tp, kActTag, bytes(x), Deadline::after(deadline));
+  if (model.has_lm_head()) {
+    model.local_logits(batch, x, local);
+    if (gather) model.gather_logits(local, full);
+  }
+  if (place.pp == 1) return;
+  std::vector<std::int32_t> next(batch.seqs.size(), 0);
+  auto tok = std::as_writable_bytes(std::span(next));
+  if (place.stage + 1 == place.pp) world.send(place.tp_rank, kTokTag, tok, Deadline::after(deadline));
+  if (place.stage == 0) world.recv((place.pp - 1) * place.tp + place.tp_rank, kTokTag, tok, Deadline::after(deadline));
+}
+
+}  // namespace
+
 StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch, const StudyRun& run,
                            transport::Bootstrap& world) {
   const ModelConfig& cfg = model.config();
-  if (!model.has_embedding() || !model.has_lm_head())
-    throw_error(ErrorCode::kInvalidArgument, "the variant study needs the whole model on one stage (this rank has layers [{}, {}))",
-                model.first_layer(), model.last_layer());
+  const StagePlace place = run.place.tp == 0 ? StagePlace::of(0, 1, 1, cfg.num_layers) : run.place;
+  if (model.first_layer() != place.first_layer || model.last_layer() != place.last_layer)
+    throw_error(ErrorCode::kInvalidArgument, "study: rank {} holds layers [{}, {}) but its stage {} of {} should hold [{}, {})",
+                world.rank(), model.first_layer(), model.last_layer(), place.stage, place.pp, place.first_layer,
+                place.last_layer);
   if (batch < 1 || run.prompt_len < 1 || run.gen_len < 1 || run.repeats < 1)
     throw_error(ErrorCode::kInvalidArgument, "study: batch ({}), prompt length ({}), gen length ({}) and repeats ({}) must be >= 1",
                 batch, run.prompt_len, run.gen_len, run.repeats);
-  VariantRunner runner(model, spec, run.deadline);
+  VariantOptions vo;
+  vo.progress = run.progress;
+  vo.reader = run.reader;
+  vo.load = run.load;
+  VariantRunner runner(model, spec, run.deadline, vo);
   const std::int64_t H = cfg.hidden_size, P = run.prompt_len, B = batch;
   Batch pre;
   for (int b = 0; b < batch; ++b) {
@@ -100,9 +154,7 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
   for (int r = 0; r < run.warmup + run.repeats; ++r) {
     world.barrier(Deadline::after(run.deadline));
     double t0 = now_seconds();
-    runner.run_stage(pre, x);
-    model.local_logits(pre, x, local);
-    if (gather) model.gather_logits(local, full);
+    pipeline_forward(runner, model, pre, x, local, full, gather, place, world, run.deadline);
     double tp = now_seconds() - t0;
     pt.all_reduces_prefill = runner.all_reduces();
 
@@ -112,14 +164,12 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
     for (int k = 0; k < run.gen_len; ++k) {
       for (int b = 0; b < batch; ++b) toks[static_cast<std::size_t>(b)] = token_id(b, run.prompt_len + k, cfg.vocab_size);
       Batch step = Batch::decode(toks, pos);
-      runner.run_stage(step, xd);
-      model.local_logits(step, xd, local);
-      if (gather) model.gather_logits(local, full);
+      pipeline_forward(runner, model, step, xd, local, full, gather, place, world, run.deadline);
       for (auto& p : pos) ++p;
     }
     double td = (now_seconds() - t0) / run.gen_len;
     pt.all_reduces_decode = runner.all_reduces();
-    // The slowest rank sets the step time.
+    // The slowest rank sets the step time (with stages: the one that finishes last).
     tp = world.max(tp, Deadline::after(run.deadline));
     td = world.max(td, Deadline::after(run.deadline));
     if (r >= run.warmup) {
@@ -129,6 +179,17 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
   }
   pt.prefill_s = median(pre_t);
   pt.decode_s = median(dec_t);
+  // All-reduces per forward over the whole pipeline: the sum of every stage's count.
+  const std::int32_t counts[2] = {place.tp_rank == 0 ? pt.all_reduces_prefill : 0,
+                                  place.tp_rank == 0 ? pt.all_reduces_decode : 0};
+  auto all = world.allgather(std::as_bytes(std::span(counts)), Deadline::after(run.deadline));
+  pt.all_reduces_prefill = pt.all_reduces_decode = 0;
+  for (const auto& v : all) {
+    std::int32_t c[2];
+    std::memcpy(c, v.data(), sizeof c);
+    pt.all_reduces_prefill += c[0];
+    pt.all_reduces_decode += c[1];
+  }
   return pt;
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `trellis study variants` under mpirun -np 2 (tiny preset, tiny sizes): the text tables name
 # every variant and batch and label nocomm; the CSV has a header and one well-formed row per
-# (variant, batch); the SVG parses as XML with one bar per point and the nocomm label; and
-# --pp 2 / a wrong world size end with one clear error. Checks structure, never timings.
+# (variant, batch); the SVG parses as XML with one bar per point and the nocomm label; the
+# study runs with pipeline stages (tp=2 x pp=2 on 4 ranks, tp=1 x pp=2); a wrong world size
+# or more stages than layers end with one clear error. Checks structure, never timings.
 # Usage: study_cli_test.sh PATH/TO/trellis PYTHON MPIEXEC [FLAGS...]
 set -u
 T="$1"; PY="$2"; shift 2
@@ -51,8 +52,24 @@ print("csv and svg well-formed")
 PYEOF
 ); if [ $? = 0 ]; then ok "$out"; else bad "csv/svg"; fi
 
-out=$(run -np 2 "$T" study variants --preset tiny --tp 1 --pp 2 2>&1); rc=$?
-if [ $rc != 0 ] && [ $rc != 124 ] && grep -q "only --pp 1" <<<"$out"; then ok "--pp 2: clear error"; else bad "--pp 2 (rc=$rc)"; fi
+# Pipeline stages: tp=2 x pp=2 (4 ranks) and tp=1 x pp=2. Each stage holds 2 of the 4 layers;
+# ARs/step sums the stages, so standard still reports 8 and parallel 4; lp pairs per stage.
+out=$(run -np 4 "$T" study variants --preset tiny --tp 2 --pp 2 --batch 1,2 --prompt-len 4 --gen-len 2 --repeats 1 \
+        --warmup 0 --csv "$work/pp.csv" 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "pp=2" <<<"$out"; then ok "tp=2 x pp=2 ran"; else bad "tp=2 x pp=2 (rc=$rc)"; fi
+if [ "$(grep -E '^  standard ' <<<"$out" | awk '{print $NF}' | sort -u)" = 8 ] &&
+   [ "$(grep -E '^  parallel ' <<<"$out" | awk '{print $NF}' | sort -u)" = 4 ] &&
+   [ "$(grep -cE '^  (standard|parallel|ladder|desync2|desync4|lp|nocomm) ' <<<"$out")" = 14 ]; then
+  ok "pp=2: every variant at every batch, all-reduces summed over the stages"
+else bad "pp=2 table"; fi
+out=$(run -np 2 "$T" study variants --preset tiny --tp 1 --pp 2 --batch 2 --prompt-len 4 --gen-len 2 --repeats 1 \
+        --warmup 0 --variants standard,ladder 2>&1); rc=$?
+if [ $rc = 0 ] && [ "$(grep -cE '^  (standard|ladder|nocomm) ' <<<"$out")" = 3 ]; then ok "tp=1 x pp=2 ran"; else bad "tp=1 x pp=2 (rc=$rc)"; fi
+out=$(run -np 2 "$T" study variants --preset tiny --tp 2 --pp 5 2>&1); rc=$?
+if [ $rc != 0 ] && [ $rc != 124 ] && grep -q "needs 10" <<<"$out"; then ok "--pp 5 on 2 ranks: clear error"; else bad "--pp 5 (rc=$rc)"; fi
+out=$(run -np 5 "$T" study variants --preset tiny --tp 1 --pp 5 2>&1); rc=$?
+if [ $rc != 0 ] && [ $rc != 124 ] && grep -q "cannot split a model of 4 layers" <<<"$out"; then ok "more stages than layers: clear error"
+else bad "--pp 5 over 4 layers (rc=$rc)"; fi
 out=$(run -np 2 "$T" study variants --preset tiny --tp 4 2>&1); rc=$?
 if [ $rc != 0 ] && [ $rc != 124 ] && [ "$(grep -c 'needs 4' <<<"$out")" = 1 ]; then ok "wrong world size: one error"
 else bad "wrong world size (rc=$rc)"; fi

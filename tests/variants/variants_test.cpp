@@ -9,10 +9,12 @@
 #include <cstring>
 
 #include "../model/model_test_util.hpp"
+#include "trellis/core/config.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/kernels/ops.hpp"
 #include "trellis/runtime/model/variants.hpp"
 #include "trellis/transport/bootstrap.hpp"
+#include "trellis/transport/collectives.hpp"
 #include "trellis/transport/group.hpp"
 
 using namespace trellis;
@@ -142,16 +144,48 @@ std::vector<std::vector<float>> desync_reference(const ModelConfig& cfg, Checkpo
   return out;
 }
 
+// The TP group a check runs over: MPI's (the reference implementation), or make_group's
+// shm (in-host) or ring over TCP links (as across hosts), whose async all-reduces the
+// progress thread drives from another thread.
+enum class GroupKind { kMpi, kShm, kRingTcp };
+
+std::unique_ptr<transport::Group> make_tp_group(GroupKind kind) {
+  if (kind == GroupKind::kMpi) return transport::make_mpi_group(world(), everyone(), Millis(60000));
+  static Config config;
+  transport::GroupOptions o;
+  o.deadline = Millis(60000);
+  std::vector<int> hosts(static_cast<std::size_t>(world().size()), 0);
+  if (kind == GroupKind::kRingTcp) {
+    o.algorithm = transport::Algorithm::kRing;
+    o.cross_host = transport::Backend::kTcp;
+    for (int r = 0; r < world().size(); ++r) hosts[static_cast<std::size_t>(r)] = r;  // one rank per "host"
+  }
+  return transport::make_group(world(), everyone(), o, config, hosts);
+}
+
 // Runs `v` sharded over the world and compares every step with `reference` (or, when
 // empty, with the same variant at t = 1). Returns the all-reduce count of the prefill.
-int check_variant(Variant v, const std::vector<std::vector<float>>& reference = {}) {
+int check_variant(Variant v, const std::vector<std::vector<float>>& reference = {}, GroupKind kind = GroupKind::kMpi,
+                  bool progress = true) {
   auto cfg = test_config();
   auto reader = make_synthetic_reader(cfg, "F32", 33);
   kernels::Context ctx(1);
-  auto tp = transport::make_mpi_group(world(), everyone(), Millis(60000));
+  auto tp = make_tp_group(kind);
   auto single = transport::make_single_group(world().rank());
   LlamaModel sharded(*reader, cfg, *tp, ctx, load_options()), whole(*reader, cfg, *single, ctx, load_options());
-  VariantRunner rs(sharded, {v, 0, -1}, Millis(60000)), rw(whole, {v, 0, -1}, Millis(60000));
+  VariantOptions opts;
+  opts.progress.enabled = progress;
+  opts.reader = reader.get();
+  opts.load = load_options();
+  VariantRunner rs(sharded, {v, 0, -1}, Millis(60000), opts), rw(whole, {v, 0, -1}, Millis(60000));
+  if (v == Variant::kLayerParallel) {
+    // The paper's placement: ranks [0, t/2) hold the first layer of every pair, the rest the second.
+    EXPECT_EQ(rs.lp_placement(), "layer");
+    const int side = world().rank() / (world().size() / 2);
+    for (int k = 0; k < cfg.num_layers; k += 2) EXPECT_EQ(rs.lp_layer_held(k), k + side) << "pair " << k;
+    EXPECT_EQ(rs.lp_layer_held(1), -1);
+    EXPECT_EQ(rw.lp_placement(), "single");
+  }
   int prefill_reductions = -1;
   auto all = steps(cfg);
   for (std::size_t i = 0; i < all.size(); ++i) {
@@ -160,6 +194,9 @@ int check_variant(Variant v, const std::vector<std::vector<float>>& reference = 
     auto want = reference.empty() ? run_variant(whole, rw, all[i]) : reference[i];
     EXPECT_LT(max_rel_diff(got, want), 1e-4) << to_string(v) << " step " << i << " at t=" << world().size();
   }
+  // Nobody closes its links while a peer may still be receiving (a ring group's last send can
+  // still be on its way when the sender's own part is done): meet on the bootstrap first.
+  world().barrier(Deadline::after(Millis(60000)));
   return prefill_reductions;
 }
 
@@ -178,7 +215,35 @@ TEST(Variants, StandardAndParallelMatchTheirMath) {
   EXPECT_EQ(check_variant(Variant::kParallel), 4);
 }
 
-TEST(Variants, LadderMatchesItsMathWithAsyncReductions) { EXPECT_EQ(check_variant(Variant::kLadder), 2 * 4); }
+TEST(Variants, LadderMatchesItsMathWithAsyncReductions) {
+  EXPECT_EQ(check_variant(Variant::kLadder), 2 * 4);
+  EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kMpi, false), 2 * 4);
+}
+
+// The progress thread tests the shm and ring groups' requests from a second thread while the
+// runner computes; results must not change.
+TEST(Variants, LadderWithProgressThreadOverShmAndRing) {
+  EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kShm), 2 * 4);
+  EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kRingTcp), 2 * 4);
+  EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kRingTcp, false), 2 * 4);
+}
+
+TEST(Variants, LayerParallelPaperPlacementOverShm) { EXPECT_EQ(check_variant(Variant::kLayerParallel, {}, GroupKind::kShm), 4); }
+
+// Without a reader lp falls back to 1/t of both layers per rank: same math, labelled "heads".
+TEST(Variants, LayerParallelHeadShardedFallback) {
+  auto cfg = test_config();
+  auto reader = make_synthetic_reader(cfg, "F32", 33);
+  kernels::Context ctx(1);
+  auto tp = make_tp_group(GroupKind::kMpi);
+  auto single = transport::make_single_group(world().rank());
+  LlamaModel sharded(*reader, cfg, *tp, ctx, load_options()), whole(*reader, cfg, *single, ctx, load_options());
+  VariantRunner rs(sharded, {Variant::kLayerParallel, 0, -1}, Millis(60000)),
+      rw(whole, {Variant::kLayerParallel, 0, -1}, Millis(60000));
+  EXPECT_EQ(rs.lp_placement(), "heads");
+  EXPECT_EQ(rs.lp_layer_held(0), -1);
+  for (const Batch& b : steps(cfg)) EXPECT_LT(max_rel_diff(run_variant(sharded, rs, b), run_variant(whole, rw, b)), 1e-4);
+}
 
 TEST(Variants, LayerParallelMatchesItsMath) { EXPECT_EQ(check_variant(Variant::kLayerParallel), 4); }
 
@@ -213,6 +278,8 @@ TEST(Variants, RangesAndBadSpecs) {
   EXPECT_THROW(parse_variant_spec("lp", "3-9", cfg.num_layers), Error);
   EXPECT_THROW(validate_variant({Variant::kLayerParallel, 0, 3}, cfg, 2), Error);  // odd stretch
   EXPECT_THROW(validate_variant({Variant::kLayerParallel, 0, 4}, cfg, 3), Error);  // t odd
+  EXPECT_THROW(validate_variant({Variant::kLayerParallel, 0, 4}, cfg, 16), Error);  // 4 KV heads over t/2 = 8
+  EXPECT_NO_THROW(validate_variant({Variant::kLayerParallel, 0, 4}, cfg, 8));       // 4 ranks per layer
   // A ladder on the upper half only: layers 0-1 standard (4 reductions) + 2 ladder layers (4).
   auto reader = make_synthetic_reader(cfg, "F32", 33);
   kernels::Context ctx(1);

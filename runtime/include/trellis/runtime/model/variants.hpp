@@ -26,20 +26,31 @@
 // only wiring where one all-reduce re-synchronises the residual is summing the group's
 // local partial outputs, which is what this implements; at t = 1 it equals `standard`.
 //
-// Layer Parallelism: the paper assigns disjoint GPU subsets to the two layers of a pair.
-// Here every rank holds its 1/t head and column share of both layers (the layout the
-// checkpoint loader already uses). The math (equations 6-7 of the paper's appendix) and
-// the number of all-reduces are the same; only which rank holds which weights differs.
+// Layer Parallelism placement (the paper's §3-4: "each layer of a pair on its own subset of
+// the GPUs"): for every pair (k, k+1) the TP ranks [0, t/2) hold layer k and the ranks
+// [t/2, t) hold layer k+1, each layer's heads and MLP columns split t/2 ways (so t must be
+// even and the heads, KV heads and intermediate size divisible by t/2). Each rank computes
+// its layer's partial sum; one all-reduce over all t ranks then sums the t/2 shards of A_k
+// and the t/2 shards of A_k+1 at once, i.e. A_k(x) + A_k+1(x) (equations 6-7 of the
+// paper's appendix); the MLPs likewise. The runner loads these layer shards itself from
+// the checkpoint (VariantOptions::reader), apart from `model`'s t-way shards, which the
+// layers outside the lp stretch (and the other variants of a study) use. At t = 1 one
+// rank evaluates both layers (the single-process reference). Without a reader at t > 1
+// the runner falls back to `model`'s head-sharded layers (every rank 1/t of both layers:
+// same math and all-reduces, not the paper's placement); lp_placement() says which.
 //
 // Threading: as LlamaModel (one thread; every TP member makes the same calls).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "trellis/core/clock.hpp"
 #include "trellis/runtime/model/llama.hpp"
+#include "trellis/transport/progress.hpp"
 
 namespace trellis::runtime {
 
@@ -66,10 +77,25 @@ VariantSpec parse_variant_spec(std::string_view name, std::string_view layers, i
 // naming the constraint (e.g. lp needs an even number of layers in its range).
 void validate_variant(const VariantSpec& spec, const ModelConfig& cfg, int tp);
 
+struct VariantOptions {
+  // How ladder's in-flight all-reduces are driven (a background progress thread by default).
+  transport::ProgressOptions progress;
+  // lp at t > 1: the checkpoint the paper's per-layer shards are loaded from (must outlive
+  // the constructor only), with these options (slots, sequence length, weight type; the
+  // layer range is set per layer). nullptr: head-sharded fallback (see above).
+  const CheckpointReader* reader = nullptr;
+  LoadOptions load;
+};
+
 class VariantRunner {
  public:
   // `model` must outlive the runner. `deadline` bounds each wait on an async all-reduce.
-  VariantRunner(LlamaModel& model, VariantSpec spec, Millis deadline);
+  // opts.progress: ladder's in-flight all-reduces are driven by a background progress
+  // thread (transport/progress.hpp) while the next module computes; disabled, they move
+  // only when the runner waits for them. opts.reader: see Layer Parallelism above; the lp
+  // shards cover the pairs of model's stage (run_layers must be given the stage's bounds).
+  VariantRunner(LlamaModel& model, VariantSpec spec, Millis deadline, VariantOptions opts = {});
+  ~VariantRunner();
 
   // Runs this stage's layers on x[T, H] (embedding first on stage 0) with the variant's
   // wiring. Afterwards x holds the stage output (synchronised across the TP group, except
@@ -81,6 +107,12 @@ class VariantRunner {
   const VariantSpec& spec() const { return spec_; }
   // All-reduces issued by the last run (tests assert the count each variant promises).
   int all_reduces() const { return all_reduces_; }
+  // lp: "layer" (the paper's placement: this rank holds one layer of each pair), "heads"
+  // (fallback: 1/t of both layers), "single" (t = 1); "" for other variants.
+  std::string_view lp_placement() const;
+  // lp with the paper's placement: the layer of the pair starting at `pair_first` this rank
+  // holds, or -1 when it holds none (not a pair start, or not the paper's placement).
+  int lp_layer_held(int pair_first) const;
 
  private:
   bool in_range(int layer) const;
@@ -89,6 +121,9 @@ class VariantRunner {
   void ladder_span(const Batch& batch, const kernels::TensorView& x, int first, int last);
   void desync_span(const Batch& batch, const kernels::TensorView& x, int first, int last, int group);
   void lp_pair(const Batch& batch, const kernels::TensorView& x, int layer);
+  void load_lp_shards(const VariantOptions& opts);
+  // Each lp pair's start in this stage, in order (as run_layers walks them).
+  std::vector<int> lp_pair_starts() const;
   void parallel_layer(const Batch& batch, const kernels::TensorView& x, int layer);
   void nocomm_layer(const Batch& batch, const kernels::TensorView& x, int layer);
 
@@ -97,6 +132,11 @@ class VariantRunner {
   Millis deadline_;
   int all_reduces_ = 0;
   std::vector<kernels::Tensor> bufs_;
+  transport::ProgressThread progress_;
+  // lp, paper's placement: a group that only says "rank r of t/2" (no communication), and
+  // per pair start the one-layer model holding this rank's shard of its layer of the pair.
+  std::unique_ptr<transport::Group> lp_shard_group_;
+  std::vector<std::pair<int, std::unique_ptr<LlamaModel>>> lp_models_;
 };
 
 }  // namespace trellis::runtime

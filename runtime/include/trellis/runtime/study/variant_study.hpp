@@ -26,6 +26,7 @@
 #include "trellis/runtime/model/llama.hpp"
 #include "trellis/runtime/model/variants.hpp"
 #include "trellis/transport/bootstrap.hpp"
+#include "trellis/transport/progress.hpp"
 
 namespace trellis::runtime {
 
@@ -49,15 +50,38 @@ struct StudyPoint {
   double decode_bound_share = 0;
 };
 
+// Where this rank sits when the study runs with pipeline stages (--pp P): world rank
+// stage * tp + tp_rank; stage s holds an even share of the layers (the first
+// num_layers % pp stages one more). Each stage's TP group runs the variant on its layers;
+// the hidden state goes to the same TP rank of the next stage over the bootstrap's
+// point-to-point messages (the same cost for every variant), and the last stage sends each
+// step's tokens back to the first, so the stages run one forward at a time like a decode
+// without micro-batching.
+struct StagePlace {
+  int tp = 0, pp = 1;  // tp = 0: not set (one stage, the model's own group)
+  int stage = 0, tp_rank = 0;
+  int first_layer = 0, last_layer = 0;
+  // Throws kInvalidArgument when pp is not in [1, num_layers].
+  static StagePlace of(int world_rank, int tp, int pp, int num_layers);
+};
+
 struct StudyRun {
   int prompt_len = 16, gen_len = 8;
   int repeats = 3;  // timed repeats (median taken)
   int warmup = 1;   // untimed repeats before them
   Millis deadline{60000};
+  transport::ProgressOptions progress;  // how ladder's async all-reduces are driven
+  // lp's per-layer shards (the paper's placement) are loaded from here with these options;
+  // nullptr: lp runs head-sharded (variants.hpp).
+  const CheckpointReader* reader = nullptr;
+  LoadOptions load;
+  StagePlace place;  // default: one stage holding the whole model
 };
 
-// Times one variant at one batch size. `model` must hold the whole model (one stage) with at
-// least `batch` KV-cache slots of prompt_len + gen_len positions. Collective.
+// Times one variant at one batch size. `model` must hold run.place's layers (the whole model
+// without stages) with at least `batch` KV-cache slots of prompt_len + gen_len positions.
+// Collective over the world. Prefill and decode times are the slowest rank's, i.e. with
+// stages the whole pipeline's; the all-reduce counts are summed over the stages.
 StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch, const StudyRun& run,
                            transport::Bootstrap& world);
 

@@ -1,0 +1,129 @@
+// ProgressThread (progress.hpp): a background thread that keeps testing outstanding requests.
+#include "trellis/transport/progress.hpp"
+
+#include <atomic>
+#include <exception>
+#include <string>
+
+namespace trellis::transport {
+
+struct ProgressThread::Item {
+  std::mutex mu;            // held while a thread tests `inner`
+  RequestPtr inner;         // null once the owner dropped the request
+  std::atomic<bool> done{false};
+  std::exception_ptr error;  // written under mu before done is set
+  std::size_t bytes = 0;
+  std::string what;
+
+  // Tests `inner` once; the caller holds mu. Returns done.
+  bool step() {
+    if (done.load(std::memory_order_acquire)) return true;
+    if (!inner) return true;
+    try {
+      if (inner->test()) done.store(true, std::memory_order_release);
+    } catch (...) {
+      error = std::current_exception();
+      done.store(true, std::memory_order_release);
+    }
+    return done.load(std::memory_order_relaxed);
+  }
+};
+
+namespace {
+
+// What the owner holds: completion is read from the shared item; when the background thread
+// is not testing at this moment, the owner tests the request itself (a waiting owner drives
+// its own request at full speed).
+class DrivenRequest final : public Request {
+ public:
+  explicit DrivenRequest(std::shared_ptr<ProgressThread::Item> item) : item_(std::move(item)) {}
+  ~DrivenRequest() override {
+    // Destroying an incomplete request cancels it (request.hpp): do it under the lock so the
+    // background thread never tests a destroyed request.
+    std::lock_guard lk(item_->mu);
+    item_->inner.reset();
+    item_->done.store(true, std::memory_order_release);
+  }
+  bool test() override {
+    if (!item_->done.load(std::memory_order_acquire)) {
+      std::unique_lock lk(item_->mu, std::try_to_lock);
+      if (!lk.owns_lock()) return false;
+      if (!item_->step()) return false;
+    }
+    std::lock_guard lk(item_->mu);  // error was written under mu
+    if (item_->error) std::rethrow_exception(item_->error);
+    return true;
+  }
+  std::size_t bytes() const override { return item_->bytes; }
+  std::string describe() const override { return item_->what + " (driven by a progress thread)"; }
+
+ private:
+  std::shared_ptr<ProgressThread::Item> item_;
+};
+
+}  // namespace
+
+ProgressThread::ProgressThread(ProgressOptions options) : opts_(options) {}
+
+ProgressThread::~ProgressThread() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+RequestPtr ProgressThread::drive(RequestPtr r) {
+  if (!opts_.enabled || !r) return r;
+  auto item = std::make_shared<Item>();
+  item->bytes = r->bytes();
+  item->what = r->describe();
+  item->inner = std::move(r);
+  {
+    std::lock_guard lk(mu_);
+    items_.push_back(item);
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  }
+  cv_.notify_one();
+  return std::make_unique<DrivenRequest>(std::move(item));
+}
+
+std::uint64_t ProgressThread::background_tests() const {
+  std::lock_guard lk(mu_);
+  return background_tests_;
+}
+
+// Blocks while there is nothing to drive; otherwise tests every outstanding item that the
+// owner is not testing right now, then sleeps (or yields) for the interval. Never spins.
+void ProgressThread::loop() {
+  std::vector<std::shared_ptr<Item>> work;
+  std::unique_lock lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [this] { return stop_ || !items_.empty(); });
+    if (stop_) return;
+    work = items_;
+    lk.unlock();
+    std::uint64_t tests = 0;
+    for (auto& it : work) {
+      std::unique_lock ilk(it->mu, std::try_to_lock);
+      if (!ilk.owns_lock()) continue;
+      it->step();
+      ++tests;
+    }
+    work.clear();
+    lk.lock();
+    background_tests_ += tests;
+    std::erase_if(items_, [](const std::shared_ptr<Item>& it) { return it->done.load(std::memory_order_acquire); });
+    if (items_.empty()) continue;
+    lk.unlock();
+    if (opts_.interval.count() > 0) {
+      std::this_thread::sleep_for(opts_.interval);
+    } else {
+      std::this_thread::yield();
+    }
+    lk.lock();
+  }
+}
+
+}  // namespace trellis::transport
