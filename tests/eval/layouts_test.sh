@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Layouts agree with one rank.
+#   layouts_test.sh synthetic TRELLIS MPIEXEC [FLAGS...]
+#     `trellis eval ppl` on the synthetic tiny model: pp x tp in {2x1, 1x2, 2x2} give the
+#     single-rank perplexity (to 1e-5 relative; TP sums in a different order).
+#   layouts_test.sh smollm2 TRELLIS MPIEXEC [FLAGS...]
+#     SmolLM2 (skips with exit 77 when scripts/setup-models has not installed it): greedy
+#     `trellis run --chat` output at p x t in {2x1, 1x3, 2x3} equals 1x1 token for token on
+#     three chat prompts (16 new tokens), a chat answer ends at the end-of-turn id, t=2 fails
+#     naming the heads and the valid t, and eval ppl at 2x3 equals 1x1 (1e-5 relative).
+set -u
+MODE="$1"; T="$2"; shift 2
+MPI=("$@")
+fails=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails+1)); }
+run() { local n="$1"; shift; timeout 240 "${MPI[@]}" -np "$n" "$T" "$@"; }
+ppl_of() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["perplexity"])'; }
+same_ppl() {  # same_ppl A B: relative difference <= 1e-5
+  python3 -c 'import sys; a,b=map(float,sys.argv[1:]); sys.exit(0 if abs(a/b-1) <= 1e-5 else 1)' "$1" "$2"
+}
+WORK=$(mktemp -d); trap 'rm -rf "$WORK"' EXIT
+
+if [ "$MODE" = synthetic ]; then
+  for i in $(seq 1 40); do echo "line $((i * 7 % 13)) of a small text for the tiny model"; done > "$WORK/text.txt"
+  base=$(run 1 eval ppl --preset tiny --text "$WORK/text.txt" --ctx 64 --json 2>&1 | ppl_of) || base=""
+  [ -n "$base" ] && ok "1x1 perplexity $base" || bad "1x1 eval ppl failed"
+  for l in "2 1" "1 2" "2 2"; do
+    set -- $l
+    p=$(run $(($1 * $2)) eval ppl --preset tiny --text "$WORK/text.txt" --ctx 64 --pp $1 --tp $2 --json 2>&1 | ppl_of)
+    if [ -n "$base" ] && [ -n "$p" ] && same_ppl "$p" "$base"; then ok "${1}x${2} perplexity $p"; else bad "${1}x${2} perplexity '$p' vs '$base'"; fi
+  done
+  echo "$fails failed"; [ "$fails" = 0 ]; exit
+fi
+
+GGUF="${TRELLIS_SMOLLM2_GGUF:-}"
+ENV_FILE="${XDG_CACHE_HOME:-$HOME/.cache}/trellis/models.env"
+[ -z "$GGUF" ] && [ -f "$ENV_FILE" ] && GGUF=$(sed -n 's/^TRELLIS_SMOLLM2_GGUF=//p' "$ENV_FILE" | tail -1)
+if [ -z "$GGUF" ] || [ ! -f "$GGUF" ]; then
+  echo "SmolLM2 GGUF not installed: run scripts/setup-models (skipped)"; exit 77
+fi
+cat > "$WORK/chat.jsonl" <<'P'
+{"id": "capital", "text": "What is the capital of France?", "sampling": {"greedy": true, "max_tokens": 16}}
+{"id": "colours", "text": "Name three colours.", "sampling": {"greedy": true, "max_tokens": 16}}
+{"id": "poem", "messages": [{"role": "system", "content": "You write short poems."}, {"role": "user", "content": "A poem about the sea."}], "sampling": {"greedy": true, "max_tokens": 16}}
+P
+tokens_of() { python3 -c 'import json,sys; print(json.dumps([json.loads(l)["tokens"] for l in open(sys.argv[1])]))' "$1"; }
+declare -A out
+for l in "1 1" "2 1" "1 3" "2 3"; do
+  set -- $l
+  f="$WORK/out_${1}x${2}.jsonl"
+  if run $(($1 * $2)) run --model "$GGUF" --pp $1 --tp $2 --prompts "$WORK/chat.jsonl" --chat --out "$f" \
+      --max-context 128 > "$WORK/log_${1}x${2}" 2>&1; then
+    out[${1}x${2}]=$(tokens_of "$f")
+  else
+    bad "${1}x${2} run failed"; tail -5 "$WORK/log_${1}x${2}"
+  fi
+done
+for k in 2x1 1x3 2x3; do
+  if [ -n "${out[1x1]:-}" ] && [ "${out[$k]:-}" = "${out[1x1]}" ]; then ok "$k greedy tokens equal 1x1"; else
+    bad "$k tokens differ: ${out[$k]:-none} vs ${out[1x1]:-none}"; fi
+done
+# The capital question is answered in fewer than 16 tokens: the end-of-turn id (2) ends it.
+if python3 - "$WORK/out_1x1.jsonl" <<'PY'
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])][0]
+sys.exit(0 if r["reason"] == "stop" and r["tokens"][-1] == 2 and len(r["tokens"]) < 16 and "Paris" in r["text"] else 1)
+PY
+then ok "chat answer ends at <|im_end|> (id 2) and reads: $(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["text"])' "$WORK/out_1x1.jsonl")"
+else bad "chat answer did not end at the stop id: $(head -1 "$WORK/out_1x1.jsonl")"; fi
+msg=$(run 2 run --model "$GGUF" --tp 2 --prompts "$WORK/chat.jsonl" --chat 2>&1); rc=$?
+if [ $rc != 0 ] && grep -q "9 heads / 3 KV heads cannot be split over 2 ranks; valid t: 1, 3" <<<"$msg"; then
+  ok "t=2 refused: $(grep -o '9 heads / 3 KV heads[^"]*valid t: 1, 3' <<<"$msg" | head -1)"
+else bad "t=2 error (rc=$rc)"; echo "$msg" | tail -5; fi
+txt=/usr/share/common-licenses/GPL-3
+[ -f "$txt" ] || txt=/usr/share/common-licenses/Apache-2.0
+a=$(run 1 eval ppl --model "$GGUF" --text "$txt" --ctx 64 --max-windows 2 --json 2>&1 | ppl_of)
+b=$(run 6 eval ppl --model "$GGUF" --text "$txt" --ctx 64 --max-windows 2 --pp 2 --tp 3 --json 2>&1 | ppl_of)
+if [ -n "$a" ] && [ -n "$b" ] && same_ppl "$a" "$b"; then ok "eval ppl 2x3 $b = 1x1 $a"; else bad "eval ppl 2x3 '$b' vs 1x1 '$a'"; fi
+echo "$fails failed"
+[ "$fails" = 0 ]
