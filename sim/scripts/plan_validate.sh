@@ -20,12 +20,15 @@
 # 3. writes measurements.json (schema trellis.measurements.v1, sim/include/trellis/sim/
 #    validate.hpp) and prints `trellis plan --validate`.
 #
-# Every timing run holds /tmp/trellis-bench.lock for itself only (a few seconds), so other
-# sessions can measure between runs; `uptime` before and after each phase goes to load.txt.
+# Timing holds /tmp/trellis-bench.lock in short chunks (each calibration step; one
+# repetition of a sweep, 1-2 minutes), released in between so other sessions can measure;
+# `uptime` at the start of each chunk goes to load.txt.
 #
 # Environment: PRESET (synthetic model, default small), PROMPT (64), GEN (64), BATCHES
 # ("1 4 16"), VARIANTS ("standard parallel ladder"), REPS (3), RATE (200mbit), HOSTS2 (0),
-# SKIP_CALIBRATION (1: reuse OUT_DIR/calibration.json), SKIP_SWEEP (1: only re-predict).
+# SKIP_CALIBRATION (1: reuse OUT_DIR/calibration.json), SKIP_SWEEP (1: only re-predict),
+# KERNEL_THREADS (kernel threads per rank in the sweep, setting kernels.threads; default
+# all cores, as `trellis run` does).
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR [OUT_DIR]}
 OUT=${2:-$(mktemp -d)}
@@ -38,9 +41,12 @@ BATCHES=${BATCHES:-"1 4 16"} VARIANTS=${VARIANTS:-"standard parallel ladder"} RA
 HOSTS2=${HOSTS2:-0} SKIP_CALIBRATION=${SKIP_CALIBRATION:-0} SKIP_SWEEP=${SKIP_SWEEP:-0}
 RATE_G=${RATE_G:-0.2}  # the same rate in Gbit/s, for the synthetic spec of the two emulated hosts
 CORES=$(nproc)
+KERNEL_THREADS=${KERNEL_THREADS:-$CORES}
 PY=/usr/bin/python3
 mkdir -p "$OUT"
 [ -x "$TRELLIS" ] || { echo "no $TRELLIS: build the trellis target first" >&2; exit 1; }
+# A private copy, so a rebuild of BUILD_DIR during the sweep does not change what is measured.
+cp "$TRELLIS" "$OUT/trellis.bin" && TRELLIS="$OUT/trellis.bin"
 load() { echo "$(date -u +%H:%M:%S) $1: $(uptime | sed 's/.*load/load/')" >>"$OUT/load.txt"; }
 git -C "$HERE" rev-parse --short HEAD >"$OUT/commit.txt" 2>/dev/null || true
 
@@ -64,14 +70,16 @@ if [ "$SKIP_CALIBRATION" != 1 ]; then
       >>"$OUT/tiny.txt"
   done
   load "calibration end"
-  "$PY" - "$OUT" "$CORES" <<'PY'
+fi
+if [ -f "$OUT/kernels_t1.json" ]; then
+  "$PY" - "$OUT" "$CORES" "$KERNEL_THREADS" <<'PY'
 import json, statistics, sys, glob
-out, cores = sys.argv[1], int(sys.argv[2])
+out, cores, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cal = json.load(open(f"{out}/calibration.json"))
 # Linear-layer rate per (threads, rows): weight parameters per second over the layer's
 # shapes together (qkv, o, gate/up twice, down), i.e. total parameters / total time.
 use = {"qkv": 1, "o": 1, "gate/up": 2, "down": 1}
-points, flops, bw = [], [], []
+points, flops, bw = [], [], {}
 for path in sorted(glob.glob(f"{out}/kernels_t*.json")):
     k = json.load(open(path))
     t = k["threads"]
@@ -81,7 +89,7 @@ for path in sorted(glob.glob(f"{out}/kernels_t*.json")):
         params = g["n"] * g["k"] * use[g["shape"]]
         s = by_rows.setdefault(g["m"], [0.0, 0.0])
         s[0] += params; s[1] += use[g["shape"]] * g["n"] * g["k"] * 4 / (g["GBps"] * 1e9)
-        if t == cores and g["m"] == 1: bw.append(g["GBps"] * 1e9)
+        if g["m"] == 1: bw.setdefault(t, []).append(g["GBps"] * 1e9)
     for g in k["gemm"]:
         if g["shape"] not in use: continue
         params = g["n"] * g["k"] * use[g["shape"]]
@@ -95,8 +103,10 @@ for line in open(f"{out}/tiny.txt"):
     b, s = line.split(); tiny.setdefault(int(b), []).append(float(s))
 t1, t16 = statistics.median(tiny[1]), statistics.median(tiny[16])
 per_seq = max(0.0, (t16 - t1) / 15)
-cal["compute"] = {"device": "cpu", "flops": statistics.median(flops), "memory_bandwidth": statistics.median(bw),
-                  "cores": cores, "threads_per_rank": cores, "matmul": points,
+# The host's streaming bandwidth: the best thread count's median GEMV (M=1) rate.
+cal["compute"] = {"device": "cpu", "flops": statistics.median(flops),
+                  "memory_bandwidth": max(statistics.median(v) for v in bw.values()),
+                  "cores": cores, "threads_per_rank": threads, "matmul": points,
                   "source": "trellis bench kernels --preset PRESET --json, TRELLIS_KERNEL_THREADS=1 and all"}
 cal["runtime"] = {"step_overhead_us": (t1 - per_seq) * 1e6, "step_overhead_per_seq_us": per_seq * 1e6,
                   "source": "trellis run --preset tiny 1x1, median TPOT at batch 1 and 16"}
@@ -111,7 +121,7 @@ run_one() {  # run_one P T BATCH VARIANT CLUSTER_SPEC LAUNCHER...
   shift 5
   local vflag=()
   [ "$v" != standard ] && vflag=(--variant "$v")
-  if ! flock "$LOCK" "$@" -np $((p * t)) "$TRELLIS" run --preset "$PRESET" --pp "$p" --tp "$t" "${vflag[@]}" \
+  if ! "$@" -np $((p * t)) "$TRELLIS" --set "kernels.threads=$KERNEL_THREADS" run --preset "$PRESET" --pp "$p" --tp "$t" "${vflag[@]}" \
       --workload "n=$b,in=$PROMPT,out=$GEN,seed=1" --max-seqs "$b" --json >"$OUT/run.json" 2>"$OUT/run.err"; then
     echo "skip p=$p t=$t batch $b $v: $(tail -1 "$OUT/run.err")" >&2
     return 0
@@ -135,6 +145,7 @@ sweep() {  # sweep CLUSTER_SPEC LAYOUTS LAUNCHER...
   local spec=$1 layouts=$2
   shift 2
   for rep in $(seq "$REPS"); do
+    flock 9  # one repetition (~1-2 min) per hold of the lock
     load "$spec rep $rep"
     for layout in $layouts; do
       local p=${layout%x*} t=${layout#*x}
@@ -145,8 +156,10 @@ sweep() {  # sweep CLUSTER_SPEC LAYOUTS LAUNCHER...
         done
       done
     done
+    flock -u 9
   done
 }
+exec 9>>"$LOCK"
 if [ "$SKIP_SWEEP" != 1 ]; then
   : >"$rows"
   sweep "" "1x1 1x2 2x1 2x2" "$MPI"

@@ -62,8 +62,11 @@ Roof cpu_roof(const ModelInputs& in, double params, double rows, double flops, d
   const double cap = c.threads_per_rank > 0 ? std::min<double>(c.threads_per_rank, c.cores) : c.cores;
   const double cores = std::min(c.cores / k, cap);
   const double share = cores / c.cores;
-  const double t = params * cpu_seconds_per_param(c, rows, cores) +
-                   std::max(flops / (c.host_flops * share), bytes / (c.host_memory_bandwidth * share));
+  // The k busy ranks stream their weights through one memory system: together no faster
+  // than the host's measured bandwidth, however fast each one's curve alone would be.
+  const double linear = std::max(params * cpu_seconds_per_param(c, rows, cores),
+                                 k * params * in.work.weight_bytes / c.host_memory_bandwidth);
+  const double t = linear + std::max(flops / (c.host_flops * share), bytes / (c.host_memory_bandwidth * share));
   // Memory-bound when streaming the weights takes longer than their arithmetic would.
   const bool mem = params * in.work.weight_bytes / c.host_memory_bandwidth >= 2 * params * rows / c.host_flops;
   return {t, mem ? t : 0};

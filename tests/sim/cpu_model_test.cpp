@@ -102,6 +102,17 @@ TEST_F(SmallOnCpu, TensorParallelRanksShareTheCores) {
   EXPECT_LT(tp2.decode.compute, 1.1 * one.decode.compute);
 }
 
+TEST_F(SmallOnCpu, BusyRanksTogetherStreamNoFasterThanTheHostBandwidth) {
+  ModelInputs in = at(1, 2, 1, 1);
+  // a 1-thread curve that alone would stream 4 GB/s per rank (1e9 f32 params/s) on a host
+  // measured at 4 GB/s in all: the two ranks together are capped at the host's rate
+  in.cpu.host_memory_bandwidth = 4e9;
+  const Prediction capped = predict(in);
+  in.cpu.host_memory_bandwidth = 1e12;
+  const Prediction uncapped = predict(in);
+  EXPECT_GT(capped.decode.compute, 1.9 * uncapped.decode.compute);
+}
+
 TEST_F(SmallOnCpu, MeasuredStepOverheadAddsToEveryIteration) {
   ModelInputs in = at(1, 1, 1, 4);
   const Prediction base = predict(in);

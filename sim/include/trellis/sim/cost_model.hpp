@@ -125,7 +125,8 @@ struct CpuSharing {
   bool one_machine = false;     // every rank of the layout runs on these cores (emulated hosts)
   std::vector<MatmulPoint> matmul;  // measured rates; at least one point when enabled
   double host_flops = 0;        // whole host, for the attention core (scores, values)
-  double host_memory_bandwidth = 0;  // whole host, for KV-cache and activation traffic
+  double host_memory_bandwidth = 0;  // whole host: KV-cache and activation traffic, and the
+                                     // cap on the busy ranks' weight streaming together
 };
 
 
