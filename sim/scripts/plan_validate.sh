@@ -26,7 +26,9 @@
 #
 # Environment: PRESET (synthetic model, default small), PROMPT (64), GEN (64), BATCHES
 # ("1 4 16"), VARIANTS ("standard parallel ladder"), REPS (3), RATE (200mbit), HOSTS2 (0),
-# SKIP_CALIBRATION (1: reuse OUT_DIR/calibration.json), SKIP_SWEEP (1: only re-predict),
+# SKIP_CALIBRATION (1: reuse OUT_DIR/calibration.json), SKIP_COMM (1: keep its links and
+# all-reduces, redo the rest), SKIP_SWEEP (1: only re-predict), INHOST (0: skip the in-host
+# rows), APPEND (1: add to OUT_DIR/rows.jsonl instead of starting it again),
 # KERNEL_THREADS (kernel threads per rank in the sweep, setting kernels.threads; default
 # all cores, as `trellis run` does).
 set -euo pipefail
@@ -56,11 +58,19 @@ git -C "$HERE" rev-parse --short HEAD >"$OUT/commit.txt" 2>/dev/null || true
 # 1. calibration
 if [ "$SKIP_CALIBRATION" != 1 ]; then
   load "calibration start"
-  flock "$LOCK" "$MPI" -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration.json" --no-peers \
-    >"$OUT/bench_comm.txt"
+  [ "${SKIP_COMM:-0}" = 1 ] || flock "$LOCK" "$MPI" -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration.json" \
+    --no-peers >"$OUT/bench_comm.txt"
+  rm -f "$OUT/tiny.txt"
+  # Rows M <= 8 take the GEMV path, whose benchmark streams the weights from memory as a
+  # model's layers do (rotated copies): measured at the preset's own shapes. Rows > 8 take
+  # the packed GEMM, whose benchmark reuses one weight matrix (cache-resident at the small
+  # preset's sizes, 1-3 MiB, unlike a whole model's 118 MiB): measured on the MLP shapes of
+  # llama-1b (64 MiB each in f32, larger than the 32 MiB L3), which stream like the model.
   for kt in 1 "$CORES"; do
-    TRELLIS_KERNEL_THREADS=$kt flock "$LOCK" "$TRELLIS" bench kernels --preset "$PRESET" --tokens 16,64,256,1024 \
-      --batch 4 --reps 5 --json >"$OUT/kernels_t$kt.json"
+    TRELLIS_KERNEL_THREADS=$kt flock "$LOCK" "$TRELLIS" bench kernels --preset "$PRESET" --shapes qkv,o,gate/up,down \
+      --tokens 256 --batch 8 --reps 5 --json >"$OUT/kernels_t$kt.json"
+    TRELLIS_KERNEL_THREADS=$kt flock "$LOCK" "$TRELLIS" bench kernels --preset llama-1b --shapes gate/up,down \
+      --tokens 16,64,256,1024 --batch 2 --reps 3 --json >"$OUT/kernels_gemm_t$kt.json"
   done
   # The engine's own cost: the tiny preset (hidden 64) at 1x1, where compute is negligible.
   for b in 1 16 1 16 1 16; do
@@ -71,7 +81,7 @@ if [ "$SKIP_CALIBRATION" != 1 ]; then
   done
   load "calibration end"
 fi
-if [ -f "$OUT/kernels_t1.json" ]; then
+if [ -f "$OUT/kernels_gemm_t1.json" ]; then
   "$PY" - "$OUT" "$CORES" "$KERNEL_THREADS" <<'PY'
 import json, statistics, sys, glob
 out, cores, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -80,22 +90,25 @@ cal = json.load(open(f"{out}/calibration.json"))
 # shapes together (qkv, o, gate/up twice, down), i.e. total parameters / total time.
 use = {"qkv": 1, "o": 1, "gate/up": 2, "down": 1}
 points, flops, bw = [], [], {}
-for path in sorted(glob.glob(f"{out}/kernels_t*.json")):
+by_key = {}
+for path in sorted(glob.glob(f"{out}/kernels_t*.json")) + sorted(glob.glob(f"{out}/kernels_gemm_t*.json")):
     k = json.load(open(path))
     t = k["threads"]
-    by_rows = {}
-    for g in k["gemv"]:
+    gemv_file = "/kernels_t" in path
+    by_rows = by_key.setdefault(t, {})
+    for g in (k["gemv"] if gemv_file else []):
         if g.get("dtype") != "f32" or g["shape"] not in use: continue
         params = g["n"] * g["k"] * use[g["shape"]]
         s = by_rows.setdefault(g["m"], [0.0, 0.0])
         s[0] += params; s[1] += use[g["shape"]] * g["n"] * g["k"] * 4 / (g["GBps"] * 1e9)
         if g["m"] == 1: bw.setdefault(t, []).append(g["GBps"] * 1e9)
-    for g in k["gemm"]:
+    for g in (k["gemm"] if not gemv_file else []):
         if g["shape"] not in use: continue
         params = g["n"] * g["k"] * use[g["shape"]]
         s = by_rows.setdefault(g["m"], [0.0, 0.0])
         s[0] += params; s[1] += use[g["shape"]] * 2 * g["m"] * g["n"] * g["k"] / (g["ours_f32_GFLOPs"] * 1e9)
-        if t == cores: flops.append(g["ours_f32_GFLOPs"] * 1e9)
+        if t == cores and g["m"] >= 256: flops.append(g["ours_f32_GFLOPs"] * 1e9)
+for t, by_rows in sorted(by_key.items()):
     for rows, (params, sec) in sorted(by_rows.items()):
         points.append({"threads": t, "rows": rows, "params_per_s": params / sec})
 tiny = {}
@@ -107,7 +120,7 @@ per_seq = max(0.0, (t16 - t1) / 15)
 cal["compute"] = {"device": "cpu", "flops": statistics.median(flops),
                   "memory_bandwidth": max(statistics.median(v) for v in bw.values()),
                   "cores": cores, "threads_per_rank": threads, "matmul": points,
-                  "source": "trellis bench kernels --preset PRESET --json, TRELLIS_KERNEL_THREADS=1 and all"}
+                  "source": "trellis bench kernels --json (GEMV: the preset's shapes; GEMM: llama-1b MLP shapes), TRELLIS_KERNEL_THREADS=1 and all"}
 cal["runtime"] = {"step_overhead_us": (t1 - per_seq) * 1e6, "step_overhead_per_seq_us": per_seq * 1e6,
                   "source": "trellis run --preset tiny 1x1, median TPOT at batch 1 and 16"}
 json.dump(cal, open(f"{out}/calibration.json", "w"), indent=2)
@@ -161,8 +174,8 @@ sweep() {  # sweep CLUSTER_SPEC LAYOUTS LAUNCHER...
 }
 exec 9>>"$LOCK"
 if [ "$SKIP_SWEEP" != 1 ]; then
-  : >"$rows"
-  sweep "" "1x1 1x2 2x1 2x2" "$MPI"
+  [ "${APPEND:-0}" = 1 ] || : >"$rows"
+  [ "${INHOST:-1}" = 0 ] || sweep "" "1x1 1x2 2x1 2x2" "$MPI"
   if [ "$HOSTS2" = 1 ]; then
     if ip netns list 2>/dev/null | grep -qE '^th[0-9]+'; then
       echo "emulated hosts exist (someone else's cluster?): skipping the two-host rows" >&2
