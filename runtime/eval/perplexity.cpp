@@ -127,6 +127,8 @@ void load_shard(transport::Bootstrap& world, const Config& config, const Perplex
   lo.max_slots = 1;
   lo.max_seq_len = o.ctx;
   lo.weight_dtype = o.dtype == "bf16" ? ElemType::kBF16 : ElemType::kF32;
+  // native: GGUF blocks kept quantised, multiplied as llama.cpp does (8-bit activations).
+  lo.weights_format = parse_weights_format(config.get_string("model.weights_format"), "model.weights_format");
   sh.ctx = std::make_unique<kernels::Context>(static_cast<int>(config.get_int("kernels.threads")));
   sh.model = std::make_unique<LlamaModel>(*sh.reader, cfg, *sh.group, *sh.ctx, lo);
   if (variant.kind != Variant::kStandard) sh.runner.emplace(*sh.model, variant, config.get_duration("comm.deadline_ms"));
@@ -256,7 +258,8 @@ PerplexityResult evaluate_perplexity(transport::Bootstrap& world, const Config& 
   r.variant = o.variant_layers.empty() ? o.variant : o.variant + " (layers " + o.variant_layers + ")";
   r.text = o.text_path;
   r.model = o.model.empty() ? "preset " + o.preset : o.model;
-  r.dtype = o.dtype;
+  r.dtype = config.get_string("model.weights_format") == "native" ? o.dtype + ", GGUF blocks native (8-bit activations)"
+                                                                  : o.dtype;
   return r;
 }
 
