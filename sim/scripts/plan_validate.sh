@@ -215,7 +215,8 @@ for key, rs in groups.items():
     row["tokens_per_s"] = statistics.median(x["tokens_per_s"] for x in rs)
     row["tpot_ms"] = statistics.median(x["tpot_ms"] for x in rs)
     row["repetitions"] = len(rs)
-    row["tokens_per_s_all"] = [round(x["tokens_per_s"], 1) for x in rs]
+    row["tokens_per_s_reps"] = [x["tokens_per_s"] for x in rs]
+    row["tpot_ms_reps"] = [x["tpot_ms"] for x in rs]
     runs.append(row)
 json.dump({"schema": "trellis.measurements.v1", "runs": runs}, open(sys.argv[2], "w"), indent=2)
 PY

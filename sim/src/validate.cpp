@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "trellis/core/error.hpp"
 #include "trellis/sim/calibration.hpp"
@@ -87,6 +88,17 @@ std::vector<Measurement> parse_measurements(const std::string& text, const std::
     m.gen_len = static_cast<int>(number(r, "gen_len", p, origin, false));
     m.tokens_per_s = number(r, "tokens_per_s", p, origin, true);
     m.tpot_s = number(r, "tpot_ms", p, origin, true) * 1e-3;
+    for (const auto& [key, scale, dst] : {std::tuple{"tokens_per_s_reps", 1.0, &m.tokens_per_s_reps},
+                                          std::tuple{"tpot_ms_reps", 1e-3, &m.tpot_s_reps}}) {
+      if (!r.contains(key)) continue;
+      if (!r[key].is_array()) bad(origin, p + key, "must be an array of numbers > 0");
+      for (std::size_t k = 0; k < r[key].size(); ++k) {
+        const json& v = r[key][k];
+        if (!v.is_number() || !(v.get<double>() > 0))
+          bad(origin, p + key + "[" + std::to_string(k) + "]", "must be a number > 0");
+        dst->push_back(v.get<double>() * scale);
+      }
+    }
     if (r.contains("variant")) {
       if (!r["variant"].is_string()) bad(origin, p + "variant", "must be a string");
       try {
@@ -155,6 +167,14 @@ ValidationReport validate(const PlanRequest& request, const std::vector<Measurem
   }
   rep.median_abs_error = quantile(errors, 0.5);
   rep.p90_abs_error = quantile(errors, 0.9);
+  std::vector<double> noise;
+  for (const auto& m : runs)
+    for (const auto& [reps, med] : {std::pair{&m.tokens_per_s_reps, m.tokens_per_s}, {&m.tpot_s_reps, m.tpot_s}}) {
+      for (double x : *reps) noise.push_back(std::abs(x - med) / med);
+      rep.repetitions = std::max(rep.repetitions, static_cast<int>(reps->size()));
+    }
+  rep.median_rep_deviation = quantile(noise, 0.5);
+  rep.p90_rep_deviation = quantile(noise, 0.9);
   for (const auto& [name, idx] : groups) {
     if (idx.size() < 2) continue;
     std::size_t best_measured = idx[0], best_predicted = idx[0];
@@ -187,6 +207,10 @@ std::string format_validation(const ValidationReport& rep) {
   }
   s += fmt::format("median |error| {:.1f}% (target <= 15%), p90 |error| {:.1f}% (target <= 30%)\n",
                    100 * rep.median_abs_error, 100 * rep.p90_abs_error);
+  if (rep.repetitions > 1)
+    s += fmt::format("measurement noise: single repetitions (up to {}) lie {:.1f}% (median) and {:.1f}% (p90) from "
+                     "their row's median\n",
+                     rep.repetitions, 100 * rep.median_rep_deviation, 100 * rep.p90_rep_deviation);
   s += fmt::format("top pick within 5% of the measured best in {} of {} workloads\n", rep.top_pick_ok,
                    rep.top_pick_groups);
   for (const auto& n : rep.notes) s += "note: " + n + "\n";

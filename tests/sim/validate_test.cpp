@@ -65,5 +65,22 @@ TEST(Validate, MalformedMeasurementsNameTheField) {
       "tokens_per_s": 1, "tpot_ms": 1, "variant": "turbo"}]})", "m.json"), Error);
 }
 
+TEST(Validate, RepetitionsGiveTheMeasurementNoiseFloor) {
+  const auto runs = parse_measurements(
+      R"({"schema": "trellis.measurements.v1", "runs": [{"pp": 1, "tp": 1, "batch": 4, "tokens_per_s": 100,
+          "tpot_ms": 10, "tokens_per_s_reps": [80, 100, 120], "tpot_ms_reps": [10, 10, 15]}]})",
+      "m.json");
+  ASSERT_EQ(runs[0].tpot_s_reps.size(), 3u);
+  EXPECT_DOUBLE_EQ(runs[0].tpot_s_reps[2], 15e-3);
+  ValidationReport rep = validate(cpu_request(), runs);
+  // deviations: 0.2, 0, 0.2, 0, 0, 0.5 -> median 0.1
+  EXPECT_NEAR(rep.median_rep_deviation, 0.1, 1e-12);
+  EXPECT_EQ(rep.repetitions, 3);
+  EXPECT_NE(format_validation(rep).find("measurement noise"), std::string::npos);
+  EXPECT_THROW(parse_measurements(R"({"schema": "trellis.measurements.v1", "runs": [{"pp": 1, "tp": 1, "batch": 1,
+                   "tokens_per_s": 1, "tpot_ms": 1, "tpot_ms_reps": [1, "x"]}]})", "m.json"),
+               Error);
+}
+
 }  // namespace
 }  // namespace trellis::sim

@@ -5,7 +5,8 @@
 //   { "schema": "trellis.measurements.v1",
 //     "runs": [ { "pp": 1, "tp": 2, "batch": 4, "variant": "standard", "microbatches": 1,
 //                 "prompt_len": 64, "gen_len": 32, "cluster": "hosts=2,nics=1x1g-eth",
-//                 "ranks_per_host": 2, "shared_cores": 2, "tokens_per_s": 123.4, "tpot_ms": 31.0 }, ... ] }
+//                 "ranks_per_host": 2, "shared_cores": 2, "tokens_per_s": 123.4, "tpot_ms": 31.0,
+//                 "tokens_per_s_reps": [120.1, 123.4, 140.0], "tpot_ms_reps": [...] }, ... ] }
 //
 // tokens_per_s is what `trellis run` reports: generated tokens over the wall time of the
 // generation, prefill included (the planner's tokens_per_s); tpot_ms its mean TPOT.
@@ -34,6 +35,8 @@ struct Measurement {
                                      // (emulated hosts); they share them (departure 11)
   double tokens_per_s = 0;
   double tpot_s = 0;
+  // Optional: every repetition behind the (median) figures above, to state the noise floor.
+  std::vector<double> tokens_per_s_reps, tpot_s_reps;
 };
 
 struct ValidationRow {
@@ -47,6 +50,11 @@ struct ValidationReport {
   std::vector<ValidationRow> rows;
   double median_abs_error = 0;  // over both metrics of every row
   double p90_abs_error = 0;
+  // How far single repetitions fall from their row's median, |rep - median| / median over
+  // both metrics (0 when the file has no repetitions): the measurements' own noise, which
+  // bounds how closely any model can be shown to agree.
+  double median_rep_deviation = 0, p90_rep_deviation = 0;
+  int repetitions = 0;
   // Per workload (batch, lengths, cluster): did the predicted best layout measure within
   // 5% of the measured best?
   int top_pick_groups = 0, top_pick_ok = 0;
