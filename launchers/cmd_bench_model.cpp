@@ -88,7 +88,11 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   auto group = transport::make_single_group(0);
   runtime::LoadOptions lo;
   lo.max_seq_len = o.prompt + o.steps + 1;
-  lo.weight_dtype = o.weights == "f32" ? runtime::ElemType::kF32 : runtime::ElemType::kBF16;
+  lo.weight_dtype = o.weights == "bf16" ? runtime::ElemType::kBF16 : runtime::ElemType::kF32;
+  // --weights native, or the model.weights_format setting, keeps GGUF Q4_1/Q8_0 quantised.
+  lo.weights_format = runtime::parse_weights_format(
+      o.weights == "native" ? std::string("native") : s.config.get_string("model.weights_format"),
+      "model.weights_format");
   double t0 = now_seconds();
   runtime::LlamaModel model(*reader, cfg, *group, ctx, lo);
   const double load_s = now_seconds() - t0;
@@ -117,6 +121,7 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
     for (const auto& d : split(o.torch_dtypes, ',')) torch.push_back(run_torch(o, dir, ctx.threads(), d));
 
   nlohmann::json j = {{"model", dir}, {"params_M", cfg.parameter_count() / 1e6}, {"stored", o.dtype}, {"weights", o.weights},
+                      {"quantized_weights", model.has_quantized_weights()},
                       {"threads", ctx.threads()}, {"triad_GBps_median", triad.median_bytes_per_s / 1e9},
                       {"triad_GBps_best", triad.best_bytes_per_s / 1e9}, {"decode_bytes_per_token", bytes},
                       {"limit_tokens_per_s", limit}, {"decode_tokens_per_s", tok_s},
@@ -153,8 +158,9 @@ Action define_bench_model(CLI::App& sub) {
   sub.add_option("--model", o->model, "Use this checkpoint instead of a preset");
   sub.add_option("--dtype", o->dtype, "Stored dtype of a generated checkpoint: bf16 or f32")
       ->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
-  sub.add_option("--weights", o->weights, "trellis weights in memory: bf16 or f32")
-      ->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  sub.add_option("--weights", o->weights,
+                 "trellis weights in memory: bf16, f32, or native (a GGUF file's Q4_1/Q8_0 kept quantised)")
+      ->check(CLI::IsMember({"bf16", "f32", "native"}))->capture_default_str();
   sub.add_option("--torch-dtypes", o->torch_dtypes, "PyTorch runs, comma-separated: bf16, f32")->capture_default_str();
   sub.add_option("--workdir", o->workdir, "Where generated checkpoints are kept")->capture_default_str();
   sub.add_option("--prompt", o->prompt, "Prompt tokens before decoding")->check(CLI::PositiveNumber)->capture_default_str();
