@@ -77,7 +77,8 @@ Action define_run(CLI::App& sub) {
   sub.add_option("--variant-layers", g.variant_layers, "Layers A-B (inclusive) the variant applies to; default all");
   sub.add_option("--pp", g.pp, "Pipeline stages")->check(CLI::PositiveNumber)->capture_default_str();
   sub.add_option("--tp", g.tp, "Tensor-parallel ranks per stage")->check(CLI::PositiveNumber)->capture_default_str();
-  auto* prompts = sub.add_option("--prompts", g.prompts, "Prompts file (JSONL: tokens or text, per-request sampling)");
+  auto* prompts = sub.add_option("--prompts", g.prompts,
+                                 "Prompts file (JSONL: tokens, text or, with --chat, messages; per-request sampling)");
   sub.add_flag("--chat", g.chat,
                "Text prompts are user messages: apply the model's ChatML chat template (GGUF metadata), stop at "
                "end of turn, write the answer's text to --out")
