@@ -13,8 +13,9 @@ Usage:
   llama_cpp_ppl.py --text FILE [--gguf FILE] [--ctx 512] [--max-windows N] [--threads T]
                    [--kv-f32] [--trellis 'CMD ...'] [--max-rel 0.01] [--json]
 --trellis runs the given `trellis eval ppl ... --json` command line (the same --text/--ctx/
---max-windows must be in it) and prints both; with --max-rel the exit status is 1 when the
-relative difference exceeds it. Exit 77 (skipped) without the model or llama-cpp-python.
+--max-windows must be in it; --model GGUF is appended when absent) and prints both; with
+--max-rel the exit status is 1 when the relative difference exceeds it (or the token counts
+differ). Exit 77 (skipped) without the model or llama-cpp-python.
 """
 import argparse
 import json
@@ -92,7 +93,10 @@ def main():
     out = {"llama.cpp": ref}
     status = 0
     if a.trellis:
-        p = subprocess.run(shlex.split(a.trellis), capture_output=True, text=True)
+        cmd = shlex.split(a.trellis)
+        if "--model" not in cmd:  # the same GGUF as llama.cpp's (CTest does not know the path)
+            cmd += ["--model", a.gguf]
+        p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             print(p.stdout + p.stderr, file=sys.stderr)
             return 1
