@@ -210,6 +210,15 @@ PerplexityResult evaluate_perplexity(transport::Bootstrap& world, const Config& 
   } else {
     cfg = model_preset(o.preset);
   }
+  if (cfg.num_heads % o.tp != 0 || cfg.num_kv_heads % o.tp != 0) {  // before any rank loads
+    std::string valid;
+    for (int v = 1; v <= cfg.num_kv_heads; ++v)
+      if (cfg.num_heads % v == 0 && cfg.num_kv_heads % v == 0) valid += (valid.empty() ? "" : ", ") + std::to_string(v);
+    throw_error(ErrorCode::kInvalidArgument,
+                "--tp {}: {} heads / {} KV heads cannot be split over {} ranks (each rank holds whole heads); "
+                "valid t: {}",
+                o.tp, cfg.num_heads, cfg.num_kv_heads, o.tp, valid);
+  }
   if (o.pp > cfg.num_layers)
     throw_error(ErrorCode::kInvalidArgument, "--pp {}: the model has only {} layers (one stage needs one)", o.pp,
                 cfg.num_layers);

@@ -72,6 +72,10 @@ msg=$(run 2 run --model "$GGUF" --tp 2 --prompts "$WORK/chat.jsonl" --chat 2>&1)
 if [ $rc != 0 ] && grep -q "9 heads / 3 KV heads cannot be split over 2 ranks; valid t: 1, 3" <<<"$msg"; then
   ok "t=2 refused: $(grep -o '9 heads / 3 KV heads[^"]*valid t: 1, 3' <<<"$msg" | head -1)"
 else bad "t=2 error (rc=$rc)"; echo "$msg" | tail -5; fi
+msg=$(run 2 eval ppl --model "$GGUF" --text "$WORK/chat.jsonl" --tp 2 2>&1); rc=$?
+if [ $rc != 0 ] && grep -q "9 heads / 3 KV heads cannot be split over 2 ranks.*valid t: 1, 3" <<<"$msg"; then
+  ok "eval ppl t=2 refused the same way"
+else bad "eval ppl t=2 error (rc=$rc)"; echo "$msg" | tail -5; fi
 txt=/usr/share/common-licenses/GPL-3
 [ -f "$txt" ] || txt=/usr/share/common-licenses/Apache-2.0
 a=$(run 1 eval ppl --model "$GGUF" --text "$txt" --ctx 64 --max-windows 2 --json 2>&1 | ppl_of)
