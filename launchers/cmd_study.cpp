@@ -32,7 +32,7 @@ struct StudyOptions {
   int prompt_len = 32, gen_len = 16, repeats = 3, warmup = 1;
   std::string variants = "standard,parallel,ladder,desync2,desync4,lp,nocomm";
   std::string ladder_layers, lp_layers;
-  bool no_nvlink = false, json = false;
+  bool no_nvlink = false, json = false, wake_control = false;
   std::string csv, svg;
 };
 
@@ -145,6 +145,7 @@ int run_study(Session& s, StudyOptions o) {
   run.reader = reader.get();
   run.load = lo;
   run.progress.enabled = s.config.get_bool("comm.progress_thread");
+  run.wake_control = o.wake_control;
   run.progress.interval = std::chrono::microseconds(s.config.get_int("comm.progress_interval_us"));
   std::vector<runtime::StudyPoint> points;
   for (int b : batches)
@@ -159,9 +160,10 @@ int run_study(Session& s, StudyOptions o) {
 
   const std::string title =
       fmt::format("trellis study variants: {}, tp={} ({} group{}), pp={}, {} weights, {} kernel threads per rank, "
-                  "ladder progress thread {}", model_name, o.tp, group->describe(),
+                  "ladder progress thread {}{}", model_name, o.tp, group->describe(),
                   s.config.get_bool("comm.no_nvlink") ? ", --no-nvlink" : "", o.pp, o.weights, ctx.threads(),
-                  run.progress.enabled ? fmt::format("on ({} us)", run.progress.interval.count()) : std::string("off"));
+                  run.progress.enabled ? fmt::format("on ({} us)", run.progress.interval.count()) : std::string("off"),
+                  o.wake_control ? ", wake control on every variant" : "");
   if (!o.csv.empty()) std::ofstream(o.csv) << runtime::format_study_csv(points);
   if (!o.svg.empty()) std::ofstream(o.svg) << runtime::format_study_svg(points, title);
   if (o.json) {
@@ -199,6 +201,9 @@ Action define_study_variants(CLI::App& sub) {
   sub.add_option("--ladder-layers", o->ladder_layers, "Layers A-B (inclusive) ladder applies to (default: all)");
   sub.add_option("--lp-layers", o->lp_layers, "Layers A-B (inclusive) lp pairs up (default: all)");
   sub.add_flag("--no-nvlink", o->no_nvlink, "Interconnect study without NVLink (comm.no_nvlink + NCCL_P2P_DISABLE=1; GPU builds)");
+  sub.add_flag("--wake-control", o->wake_control,
+               "Run every variant beside an idle thread that wakes like ladder's progress thread (a control for that "
+               "thread's effect on the OS scheduler when cores are shared)");
   sub.add_option("--csv", o->csv, "Write the results as CSV here (rank 0)");
   sub.add_option("--svg", o->svg, "Write the grouped bar chart here (rank 0)");
   sub.add_flag("--json", o->json, "Print JSON instead of tables");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <cstring>
 #include <span>
 #include <sstream>
@@ -112,6 +113,14 @@ void pipeline_forward(VariantRunner& runner, LlamaModel& model, const Batch& bat
   if (place.stage == 0) world.recv((place.pp - 1) * place.tp + place.tp_rank, kTokTag, tok, Deadline::after(deadline));
 }
 
+// The wake control's request: never completes, costs one atomic load per test.
+class IdleRequest final : public transport::Request {
+ public:
+  bool test() override { return false; }
+  std::size_t bytes() const override { return 0; }
+  std::string describe() const override { return "wake control (never completes)"; }
+};
+
 }  // namespace
 
 StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch, const StudyRun& run,
@@ -130,6 +139,13 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
   vo.reader = run.reader;
   vo.load = run.load;
   VariantRunner runner(model, spec, run.deadline, vo);
+  // Declared after the runner so it stops first; see StudyRun::wake_control.
+  std::optional<transport::ProgressThread> control;
+  transport::RequestPtr idle;
+  if (run.wake_control) {
+    control.emplace(transport::ProgressOptions{true, run.progress.interval});
+    idle = control->drive(std::make_unique<IdleRequest>());
+  }
   const std::int64_t H = cfg.hidden_size, P = run.prompt_len, B = batch;
   Batch pre;
   for (int b = 0; b < batch; ++b) {

@@ -65,6 +65,11 @@ else bad "pp=2 table"; fi
 out=$(run -np 2 "$T" study variants --preset tiny --tp 1 --pp 2 --batch 2 --prompt-len 4 --gen-len 2 --repeats 1 \
         --warmup 0 --variants standard,ladder 2>&1); rc=$?
 if [ $rc = 0 ] && [ "$(grep -cE '^  (standard|ladder|nocomm) ' <<<"$out")" = 3 ]; then ok "tp=1 x pp=2 ran"; else bad "tp=1 x pp=2 (rc=$rc)"; fi
+out=$(run -np 2 "$T" --set comm.progress_interval_us=50 study variants --preset tiny --tp 2 --batch 2 --prompt-len 4 \
+        --gen-len 2 --repeats 1 --warmup 0 --variants ladder --wake-control 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "progress thread on (50 us), wake control on every variant" <<<"$out" &&
+   [ "$(grep -cE '^  (standard|ladder|nocomm) ' <<<"$out")" = 3 ]; then ok "--wake-control runs and is named"
+else bad "--wake-control (rc=$rc)"; fi
 out=$(run -np 2 "$T" study variants --preset tiny --tp 2 --pp 5 2>&1); rc=$?
 if [ $rc != 0 ] && [ $rc != 124 ] && grep -q "needs 10" <<<"$out"; then ok "--pp 5 on 2 ranks: clear error"; else bad "--pp 5 (rc=$rc)"; fi
 out=$(run -np 5 "$T" study variants --preset tiny --tp 1 --pp 5 2>&1); rc=$?

@@ -76,6 +76,12 @@ struct StudyRun {
   const CheckpointReader* reader = nullptr;
   LoadOptions load;
   StagePlace place;  // default: one stage holding the whole model
+  // Control for the progress thread's side effect on the OS scheduler: every variant runs
+  // beside a ProgressThread (with `progress`'s interval) that drives a request which never
+  // completes, i.e. a thread that wakes as often as ladder's does but moves nothing. On a
+  // machine whose cores are shared with other work, such a thread changes how much CPU the
+  // rank gets; with the control on, every variant gets the same treatment.
+  bool wake_control = false;
 };
 
 // Times one variant at one batch size. `model` must hold run.place's layers (the whole model
