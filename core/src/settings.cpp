@@ -57,6 +57,14 @@ constexpr std::array kSettings = {
     SettingSpec{"comm.progress_interval_us", T::kInt, "20",
                 "Progress thread: microseconds slept between tests of outstanding requests (0: yield)",
                 "TRELLIS_PROGRESS_INTERVAL_US"},
+    SettingSpec{"comm.wait_spins", T::kInt, "100",
+                "Blocking communication waits: polls spent spinning before yielding the core between "
+                "polls (more: lower latency with a core per rank; fewer: ranks sharing cores hand over sooner)",
+                "TRELLIS_WAIT_SPINS"},
+    SettingSpec{"comm.wait_yields", T::kInt, "20000",
+                "Blocking communication waits: polls (from the start) before sleeping between polls", ""},
+    SettingSpec{"comm.wait_sleep_us", T::kInt, "50",
+                "Blocking communication waits: microseconds slept between polls once idle", ""},
     SettingSpec{"comm.stream_mode", T::kString, "aware",
                 "Stage-to-stage streaming: aware (schema once, raw bytes after) or baseline (size, "
                 "metadata blob, then each tensor, every iteration)",

@@ -4,8 +4,9 @@
 
 namespace trellis::transport {
 
-void Request::wait(Deadline deadline) {
-  poll_until([this] { return test(); }, deadline, describe());
+void Request::wait(Deadline deadline, const PollPolicy& policy) {
+  // describe() formats a string: only on the slow path (the timeout), not per wait.
+  poll_until([this] { return test(); }, deadline, [this] { return describe(); }, policy);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include "trellis/core/error.hpp"
 #include "trellis/transport/bootstrap.hpp"
 #include "trellis/transport/dtype.hpp"
+#include "trellis/transport/link.hpp"
 
 namespace trellis::transport {
 
@@ -37,6 +38,7 @@ GroupOptions GroupOptions::from_config(const Config& config) {
   o.one_shot_max_bytes = config.get_size("comm.coll_one_shot_max");
   o.doubling_max_bytes = config.get_size("comm.coll_doubling_max");
   o.deadline = config.get_duration("comm.deadline_ms");
+  o.wait = wait_policy(config);
   if (o.shm_slot_bytes < 4096)
     throw_error(ErrorCode::kInvalidArgument, "comm.coll_shm_slot_bytes must be at least 4 KiB (got {})",
                 o.shm_slot_bytes);
@@ -93,10 +95,9 @@ void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::si
   }
 }
 
-void wait_stepped(Request& r, Deadline deadline) {
+void wait_stepped(Request& r, Deadline deadline, const PollPolicy& policy) {
   auto* stepped = dynamic_cast<SteppedRequest*>(&r);
-  if (stepped == nullptr) return r.wait(deadline);
-  const PollPolicy policy;
+  if (stepped == nullptr) return r.wait(deadline, policy);
   auto start = Clock::now();
   std::uint64_t last = stepped->steps_done();
   for (unsigned long spin = 0;; ++spin) {

@@ -31,7 +31,7 @@ class SteppedRequest : public Request {
 // Waits for `r` like Request::wait, but restarts the spin-then-yield-then-sleep policy
 // whenever the request made a step: a long operation never falls into the sleeping phase
 // between its pieces, while an idle wait still leaves the cores to others.
-void wait_stepped(Request& r, Deadline deadline);
+void wait_stepped(Request& r, Deadline deadline, const PollPolicy& policy);
 
 class AsyncGroup : public Group {
  public:
@@ -39,15 +39,16 @@ class AsyncGroup : public Group {
   virtual RequestPtr all_gather_async(const void* in, void* out, std::size_t bytes) = 0;
 
   void broadcast(void* data, std::size_t bytes, int root) override {
-    wait_stepped(*broadcast_async(data, bytes, root), Deadline::after(deadline()));
+    wait_stepped(*broadcast_async(data, bytes, root), Deadline::after(deadline()), wait_policy());
   }
   void all_gather(const void* in, void* out, std::size_t bytes) override {
-    wait_stepped(*all_gather_async(in, out, bytes), Deadline::after(deadline()));
+    wait_stepped(*all_gather_async(in, out, bytes), Deadline::after(deadline()), wait_policy());
   }
   void all_reduce(void* data, std::size_t count, DType dtype) override {
-    wait_stepped(*all_reduce_async(data, count, dtype), Deadline::after(deadline()));
+    wait_stepped(*all_reduce_async(data, count, dtype), Deadline::after(deadline()), wait_policy());
   }
   virtual Millis deadline() const = 0;
+  virtual const PollPolicy& wait_policy() const = 0;
 };
 
 // Runs phases one after another: each phase is started (called) once the previous request

@@ -110,6 +110,7 @@ class HierGroup final : public AsyncGroup {
   const std::vector<int>& members() const override { return members_; }
   std::string describe() const override { return "hierarchical"; }
   Millis deadline() const override { return deadline_; }
+  const PollPolicy& wait_policy() const override { return local_->wait_policy(); }
 
   RequestPtr all_reduce_async(void* data, std::size_t count, DType dtype) override {
     if (count == 0) return make_completed_request(0, "empty all-reduce");
@@ -175,7 +176,7 @@ class HierGroup final : public AsyncGroup {
       // Sub-group barriers must not overtake operations still queued on the same sub-groups.
       auto drained = make_completed_request(0, "barrier");
       QueuedRequest last(queue_, std::move(drained), what("barrier"), 0);
-      detail::wait_stepped(last, Deadline::after(deadline_));
+      detail::wait_stepped(last, Deadline::after(deadline_), wait_policy());
     }
     local_->barrier();
     if (leaders_) leaders_->barrier();

@@ -59,6 +59,7 @@ class RingGroup final : public detail::AsyncGroup {
   const std::vector<int>& members() const override { return members_; }
   std::string describe() const override { return "ring"; }
   Millis deadline() const override { return opts_.deadline; }
+  const PollPolicy& wait_policy() const override { return opts_.wait; }
 
   RequestPtr all_reduce_async(void* data, std::size_t count, DType dtype) override;
   RequestPtr broadcast_async(void* data, std::size_t bytes, int root) override;
@@ -75,7 +76,7 @@ class RingGroup final : public detail::AsyncGroup {
   std::string who() const { return "ring group of world ranks " + detail::list_ranks(members_); }
   // A group has one operation in flight: a new one first completes the previous one.
   void begin(Request* op) {
-    if (active_ != nullptr) detail::wait_stepped(*active_, Deadline::after(opts_.deadline));
+    if (active_ != nullptr) detail::wait_stepped(*active_, Deadline::after(opts_.deadline), opts_.wait);
     active_ = op;
   }
   void end(Request* op) {

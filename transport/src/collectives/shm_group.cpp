@@ -64,6 +64,7 @@ class ShmGroup final : public detail::AsyncGroup {
   const std::vector<int>& members() const override { return members_; }
   std::string describe() const override { return "shm"; }
   Millis deadline() const override { return opts_.deadline; }
+  const PollPolicy& wait_policy() const override { return opts_.wait; }
 
   RequestPtr all_reduce_async(void* data, std::size_t count, DType dtype) override;
   RequestPtr broadcast_async(void* data, std::size_t bytes, int root) override;
@@ -175,7 +176,7 @@ class ShmOp final : public detail::SteppedRequest {
 };
 
 void ShmGroup::begin(ShmOp* op) {
-  if (active_ != nullptr) detail::wait_stepped(*active_, Deadline::after(opts_.deadline));
+  if (active_ != nullptr) detail::wait_stepped(*active_, Deadline::after(opts_.deadline), opts_.wait);
   active_ = op;
 }
 
@@ -332,7 +333,7 @@ RequestPtr ShmGroup::all_gather_async(const void* in, void* out, std::size_t byt
 void ShmGroup::barrier() {
   if (size() == 1) return;
   ShmOp op(*this, OpKind::kBarrier, nullptr, nullptr, 0, DType::kF32, 0);
-  detail::wait_stepped(op, Deadline::after(opts_.deadline));
+  detail::wait_stepped(op, Deadline::after(opts_.deadline), opts_.wait);
 }
 
 std::atomic<std::uint64_t> g_segment_counter{0};

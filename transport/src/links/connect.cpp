@@ -19,6 +19,19 @@ Backend parse_backend(std::string_view name) {
   throw_error(ErrorCode::kInvalidArgument, "unknown transport '{}': valid names are shm, ucx, tcp, mpi, nccl", name);
 }
 
+PollPolicy wait_policy(const Config& config) {
+  auto count = [&](const char* name) {
+    auto v = config.get_int(name);
+    if (v < 0) throw_error(ErrorCode::kInvalidArgument, "{} must not be negative (got {})", name, v);
+    return v;
+  };
+  PollPolicy p;
+  p.spins = static_cast<unsigned>(count("comm.wait_spins"));
+  p.yields = static_cast<unsigned>(count("comm.wait_yields"));
+  p.sleep = std::chrono::microseconds(count("comm.wait_sleep_us"));
+  return p;
+}
+
 std::vector<Backend> built_backends() {
   std::vector<Backend> out = {Backend::kShm, Backend::kUcx, Backend::kTcp, Backend::kMpi};
 #ifdef TRELLIS_HAVE_NCCL

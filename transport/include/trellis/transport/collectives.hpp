@@ -62,9 +62,11 @@ struct GroupOptions {
   std::size_t doubling_max_bytes = 64u << 10;
   // Longest any single blocking collective may wait.
   Millis deadline{30000};
+  // How blocking collectives wait (spin, then yield, then sleep; settings comm.wait_*).
+  PollPolicy wait;
 
   // From the settings comm.coll_algorithm, comm.coll_backend, comm.coll_shm_slot_bytes,
-  // comm.coll_one_shot_max, comm.coll_doubling_max and comm.deadline_ms.
+  // comm.coll_one_shot_max, comm.coll_doubling_max, comm.deadline_ms and comm.wait_*.
   static GroupOptions from_config(const Config& config);
 };
 

@@ -91,6 +91,10 @@ class Transport {
 // (nccl without CUDA) or not usable with this world (mpi without an MPI bootstrap).
 // The Transport must outlive every Request it handed out. Threading: one thread at a
 // time per Transport (its links and requests included).
+// The poll policy of blocking waits from the settings comm.wait_spins, comm.wait_yields and
+// comm.wait_sleep_us (defaults: PollPolicy{}).
+PollPolicy wait_policy(const Config& config);
+
 std::unique_ptr<Transport> connect(Backend backend, Bootstrap& world, const std::vector<int>& peers,
                                    const Config& config);
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "trellis/core/clock.hpp"
+#include "trellis/core/poll.hpp"
 
 namespace trellis::transport {
 
@@ -26,8 +27,9 @@ class Request {
   virtual std::string describe() const = 0;
 
   // Polls test() until complete; throws ErrorCode::kTimeout with describe() in the
-  // message when the deadline passes first.
-  void wait(Deadline deadline);
+  // message when the deadline passes first. `policy` says how long to spin before yielding
+  // and sleeping between polls (core/poll.hpp; wait_policy(config) reads the settings).
+  void wait(Deadline deadline, const PollPolicy& policy = {});
 };
 
 using RequestPtr = std::unique_ptr<Request>;
