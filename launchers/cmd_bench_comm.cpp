@@ -161,20 +161,23 @@ void run_stream(Session& s, const CommOptions& o, const comm::Budget& b, json& o
                                             : same ? tp::Backend::kShm : tp::Backend::kUcx;
   auto points = comm::measure_stream(s, backend, kBatches, o.hidden, b);
   if (s.is_root())
-    std::cout << fmt::format("\nstage streaming rank 0 -> 1 over {} (hidden {} + residual {}, one-way per iteration)\n"
-                             "{:>5} {:>5}  {:>12} {:>12} {:>7}  {:>9} {:>9}  {:>9} {:>9}\n",
+    std::cout << fmt::format("\nstage streaming rank 0 -> 1 over {} (hidden {} + residual {}, one-way per iteration; "
+                             "baseline: a round trip per message, eager: sends leave at once)\n"
+                             "{:>5} {:>5}  {:>12} {:>12} {:>7}  {:>12} {:>7}  {:>7} {:>6} {:>6}  {:>6} {:>6}\n",
                              to_string(backend), o.hidden, o.hidden, "dtype", "batch", "aware", "baseline", "ratio",
-                             "msgs/it", "(base)", "meta B/it", "(base)");
-  for (std::size_t i = 0; i + 1 < points.size(); i += 2) {
+                             "eager", "ratio", "msgs/it", "(base)", "(eager)", "meta B", "(base)");
+  for (std::size_t i = 0; i + 2 < points.size(); i += 3) {
     const auto& a = points[i];
     const auto& base = points[i + 1];
-    ok = ok && a.verified && base.verified;
+    const auto& eager = points[i + 2];
+    ok = ok && a.verified && base.verified && eager.verified;
     if (s.is_root())
-      std::cout << fmt::format("{:>5} {:>5}  {:>12} {:>12} {:>6.2f}x  {:>9.1f} {:>9.1f}  {:>9.0f} {:>9.0f}\n", a.dtype,
-                               a.batch, format_seconds(a.seconds), format_seconds(base.seconds), base.seconds / a.seconds,
-                               a.messages_per_iter, base.messages_per_iter, a.metadata_bytes_per_iter,
-                               base.metadata_bytes_per_iter);
-    for (const auto* p : {&a, &base})
+      std::cout << fmt::format(
+          "{:>5} {:>5}  {:>12} {:>12} {:>6.2f}x  {:>12} {:>6.2f}x  {:>7.1f} {:>6.1f} {:>6.1f}  {:>6.0f} {:>6.0f}\n", a.dtype,
+          a.batch, format_seconds(a.seconds), format_seconds(base.seconds), base.seconds / a.seconds,
+          format_seconds(eager.seconds), eager.seconds / a.seconds, a.messages_per_iter, base.messages_per_iter,
+          eager.messages_per_iter, a.metadata_bytes_per_iter, base.metadata_bytes_per_iter);
+    for (const auto* p : {&a, &base, &eager})
       out.push_back({{"backend", to_string(backend)}, {"mode", p->mode}, {"dtype", p->dtype}, {"batch", p->batch},
                      {"hidden", o.hidden}, {"seconds", p->seconds}, {"messages_per_iter", p->messages_per_iter},
                      {"metadata_bytes_per_iter", p->metadata_bytes_per_iter},

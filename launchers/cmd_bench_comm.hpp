@@ -30,7 +30,7 @@ struct Series {
 };
 
 struct StreamPoint {
-  std::string mode;  // "aware" or "baseline"
+  std::string mode;  // "aware", "baseline" (rendezvous per message) or "baseline-eager"
   std::string dtype;
   std::size_t batch = 0;
   double seconds = 0;                 // median one-way latency of one iteration
@@ -55,7 +55,8 @@ std::optional<Series> measure_p2p(Session& s, transport::Backend backend, const 
 std::vector<Series> measure_allreduce(Session& s, const std::vector<transport::Group*>& groups,
                                       const std::vector<std::size_t>& sizes, const Budget& b);
 
-// Stage streaming between ranks 0 and 1 (ping-pong of one iteration's hidden states).
+// Stage streaming between ranks 0 and 1 (ping-pong of one iteration's hidden states): for
+// every dtype and batch, one point per mode in the order aware, baseline, baseline-eager.
 std::vector<StreamPoint> measure_stream(Session& s, transport::Backend backend, const std::vector<std::size_t>& batches,
                                         std::size_t hidden, const Budget& b);
 

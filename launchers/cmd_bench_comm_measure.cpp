@@ -36,6 +36,7 @@ bool check(const std::vector<std::byte>& v, std::size_t n, int salt) {
 
 Point p2p_point(Session& s, transport::Link& link, std::size_t n, const Budget& b) {
   const bool first = s.rank() == 0;
+  const PollPolicy pol = transport::wait_policy(s.config);  // settings comm.wait_*
   std::vector<std::byte> out(n), in(n);
   for (std::size_t i = 0; i < n; ++i) out[i] = pattern(i, s.rank());
   const int k = iters_for(n, b.iters), warm = std::min(b.warmup, k);
@@ -45,11 +46,11 @@ Point p2p_point(Session& s, transport::Link& link, std::size_t n, const Budget& 
     double t0 = now_seconds();
     if (first) {
       auto r = link.irecv(in, 1);
-      link.isend(out, 1)->wait(s.deadline());
-      r->wait(s.deadline());
+      link.isend(out, 1)->wait(s.deadline(), pol);
+      r->wait(s.deadline(), pol);
     } else {
-      link.irecv(in, 1)->wait(s.deadline());
-      link.isend(out, 1)->wait(s.deadline());
+      link.irecv(in, 1)->wait(s.deadline(), pol);
+      link.isend(out, 1)->wait(s.deadline(), pol);
     }
     if (it >= 0) rtt.push_back(now_seconds() - t0);
     if (it == -warm || it == k - 1) ok = ok && check(in, n, 1 - s.rank());
@@ -66,12 +67,12 @@ Point p2p_point(Session& s, transport::Link& link, std::size_t n, const Budget& 
     if (first) {
       auto a = link.irecv({&ack, 1}, 3);
       for (int w = 0; w < window; ++w) reqs.push_back(link.isend(out, 2));
-      for (auto& r : reqs) r->wait(s.deadline());
-      a->wait(s.deadline());
+      for (auto& r : reqs) r->wait(s.deadline(), pol);
+      a->wait(s.deadline(), pol);
     } else {
       for (int w = 0; w < window; ++w) reqs.push_back(link.irecv(ins[static_cast<std::size_t>(w)], 2));
-      for (auto& r : reqs) r->wait(s.deadline());
-      link.isend({&ack, 1}, 3)->wait(s.deadline());
+      for (auto& r : reqs) r->wait(s.deadline(), pol);
+      link.isend({&ack, 1}, 3)->wait(s.deadline(), pol);
     }
     if (rep >= 0) bw.push_back(static_cast<double>(n) * window / (now_seconds() - t0));
   }
@@ -156,6 +157,10 @@ std::vector<Series> measure_allreduce(Session& s, const std::vector<transport::G
 
 namespace {
 
+constexpr int kStreamModes = 3;
+constexpr transport::StreamMode kModes[kStreamModes] = {
+    transport::StreamMode::kStructureAware, transport::StreamMode::kBaseline, transport::StreamMode::kBaselineEager};
+
 // One stream each way: rank 0 -> 1 on one tag range, the echo 1 -> 0 on another.
 struct StreamPair {
   transport::StageSender tx;
@@ -165,8 +170,8 @@ struct StreamPair {
   std::vector<double> one_way;
 };
 
-// Both modes are measured interleaved, iteration by iteration, so that load changes on this
-// shared machine hit both alike. Returns {aware, baseline}.
+// All modes are measured interleaved, iteration by iteration, so that load changes on this
+// shared machine hit them alike. Returns {aware, baseline, baseline-eager}.
 // Ranks other than 0 and 1 (link == nullptr) only join the per-iteration barriers.
 std::vector<StreamPoint> stream_points(Session& s, transport::Link* link, std::size_t batch, std::size_t hidden,
                                        DType dtype, const Budget& b) {
@@ -174,16 +179,17 @@ std::vector<StreamPoint> stream_points(Session& s, transport::Link* link, std::s
   const std::size_t es = dtype == DType::kF32 ? 4 : 2;
   const char* dname = dtype == DType::kF32 ? "f32" : "bf16";
   const bool first = s.rank() == 0;
+  const PollPolicy pol = transport::wait_policy(s.config);
   const std::uint32_t base = transport::kStreamTagBase;
   auto tag = [&](int mode, bool forward) { return base + static_cast<std::uint32_t>(mode * 2 + (forward ? 0 : 1)) * 0x200; };
   const int k = iters_for(batch * hidden * es * 2, b.iters), warm = std::max(2, std::min(b.warmup, k));
   if (link == nullptr) {
-    for (int i = 0; i < 2 * (warm + k); ++i) s.world().barrier(s.deadline());
-    return std::vector<StreamPoint>(2);
+    for (int i = 0; i < kStreamModes * (warm + k); ++i) s.world().barrier(s.deadline());
+    return std::vector<StreamPoint>(kStreamModes);
   }
   std::vector<std::unique_ptr<StreamPair>> pairs;
-  for (int m = 0; m < 2; ++m) {
-    auto mode = m == 0 ? StreamMode::kStructureAware : StreamMode::kBaseline;
+  for (int m = 0; m < kStreamModes; ++m) {
+    auto mode = kModes[m];
     pairs.push_back(std::unique_ptr<StreamPair>(new StreamPair{transport::StageSender(*link, mode, tag(m, first)),
                                                                transport::StageReceiver(*link, mode, tag(m, !first)), 0, {}, {}}));
   }
@@ -204,7 +210,7 @@ std::vector<StreamPoint> stream_points(Session& s, transport::Link* link, std::s
       s.world().barrier(s.deadline());
       double t0 = now_seconds();
       if (first) {
-        p->tx.send(refs, batch)->wait(s.deadline());
+        p->tx.send(refs, batch)->wait(s.deadline(), pol);
         const auto& got = p->rx.receive(s.deadline());
         if (it >= warm) p->one_way.push_back((now_seconds() - t0) / 2);
         if (it == warm + k - 1)
@@ -213,7 +219,7 @@ std::vector<StreamPoint> stream_points(Session& s, transport::Link* link, std::s
         const auto& got = p->rx.receive(s.deadline());
         std::vector<transport::TensorRef> echo;
         for (const auto& v : got) echo.push_back({*v.spec, v.data.data()});
-        p->tx.send(echo, batch)->wait(s.deadline());
+        p->tx.send(echo, batch)->wait(s.deadline(), pol);
       }
     }
   }
@@ -244,9 +250,10 @@ std::vector<StreamPoint> measure_stream(Session& s, Backend backend, const std::
   std::vector<StreamPoint> out;
   for (DType dt : {DType::kF32, DType::kBF16})
     for (std::size_t batch : batches) {
-      auto two = stream_points(s, s.rank() < 2 ? &t->link(1 - s.rank()) : nullptr, batch, hidden, dt, b);
-      bool all_ok = !s.world().any(!(two[0].verified && two[1].verified), s.deadline());
-      for (auto& p : two) {
+      auto modes = stream_points(s, s.rank() < 2 ? &t->link(1 - s.rank()) : nullptr, batch, hidden, dt, b);
+      bool mine_ok = std::all_of(modes.begin(), modes.end(), [](const StreamPoint& p) { return p.verified; });
+      bool all_ok = !s.world().any(!mine_ok, s.deadline());
+      for (auto& p : modes) {
         p.verified = all_ok;
         out.push_back(p);
       }

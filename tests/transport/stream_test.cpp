@@ -2,7 +2,7 @@
 // built: structure-aware steady state carries zero metadata bytes and one message per
 // tensor; a new tensor renegotiates exactly once, with receives already posted for the old
 // schema; batch growth reallocates locally; the baseline sends size + blob + tensors every
-// iteration; a wrong batch size and a silent sender are reported, naming the peer.
+// iteration (each after the receiver's ready; the eager variant without); a wrong batch size and a silent sender are reported, naming the peer.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -163,13 +163,31 @@ TEST_P(Stream, NewTensorRenegotiatesOnce) {
   EXPECT_EQ(st.messages, 2 + 2 * 6 + 3 * 8);
 }
 
+// Size word, blob and two tensors per iteration, each after a zero-byte ready from the
+// receiver (both sides count every message they send or receive, so 8 per iteration).
 TEST_P(Stream, BaselineSendsMetadataEveryIteration) {
   std::vector<std::size_t> rows = {4, 1, 4, 3, 0, 2};
   StreamStats st;
   run(StreamMode::kBaseline, rows, hidden_and_residual, st);
   if (!pair_active_) return;
+  EXPECT_EQ(st.iterations, rows.size());
+  EXPECT_EQ(st.messages, 2 * (2 + 2) * rows.size());
+  EXPECT_GT(st.metadata_bytes, 40 * rows.size());
+}
+
+TEST_P(Stream, EagerBaselineSendsMetadataEveryIterationWithoutReadies) {
+  std::vector<std::size_t> rows = {4, 1, 4, 3, 0, 2};
+  StreamStats st;
+  run(StreamMode::kBaselineEager, rows, hidden_and_residual, st);
+  if (!pair_active_) return;
   EXPECT_EQ(st.messages, (2 + 2) * rows.size());
   EXPECT_GT(st.metadata_bytes, 40 * rows.size());
+}
+
+TEST(StreamModeNames, RoundTrip) {
+  for (auto m : {StreamMode::kStructureAware, StreamMode::kBaseline, StreamMode::kBaselineEager})
+    EXPECT_EQ(parse_stream_mode(to_string(m)), m);
+  EXPECT_THROW(parse_stream_mode("eager"), Error);
 }
 
 TEST_P(Stream, WrongBatchSizeNamesThePeer) {

@@ -10,12 +10,20 @@
 
 namespace trellis::transport {
 
-std::string_view to_string(StreamMode m) { return m == StreamMode::kBaseline ? "baseline" : "aware"; }
+std::string_view to_string(StreamMode m) {
+  switch (m) {
+    case StreamMode::kBaseline: return "baseline";
+    case StreamMode::kBaselineEager: return "baseline-eager";
+    case StreamMode::kStructureAware: break;
+  }
+  return "aware";
+}
 
 StreamMode parse_stream_mode(std::string_view name) {
   if (name == "aware") return StreamMode::kStructureAware;
   if (name == "baseline") return StreamMode::kBaseline;
-  throw_error(ErrorCode::kInvalidArgument, "stream mode '{}' is not one of aware, baseline", name);
+  if (name == "baseline-eager") return StreamMode::kBaselineEager;
+  throw_error(ErrorCode::kInvalidArgument, "stream mode '{}' is not one of aware, baseline, baseline-eager", name);
 }
 
 namespace {
@@ -26,6 +34,11 @@ constexpr std::size_t kMaxControl = 64 << 10;
 std::uint32_t data_tag(std::uint32_t base, int bank, std::size_t i) {
   return base + 2 + static_cast<std::uint32_t>(bank) * kMaxStreamTensors + static_cast<std::uint32_t>(i);
 }
+
+// Baseline: the receiver's zero-byte "posted, send it" for the next message.
+std::uint32_t ready_tag(std::uint32_t base) { return base + 2 + 2 * kMaxStreamTensors; }
+
+bool is_baseline(StreamMode m) { return m != StreamMode::kStructureAware; }
 
 class Writer {
  public:
@@ -119,10 +132,19 @@ StreamSchema schema_of(std::span<const TensorRef> tensors) {
 }
 
 // The requests of one sent iteration, and the metadata buffers they read from.
+// What a sent iteration is, formatted only for errors (not once per iteration).
+struct SendInfo {
+  std::uint64_t iteration = 0;
+  int peer = 0;
+  StreamMode mode = StreamMode::kStructureAware;
+  std::string format() const {
+    return fmt::format("stage stream iteration {} to rank {} ({})", iteration, peer, to_string(mode));
+  }
+};
+
 class BatchRequest final : public Request {
  public:
-  BatchRequest(std::string what, std::vector<std::vector<std::byte>> keep)
-      : what_(std::move(what)), keep_(std::move(keep)) {}
+  BatchRequest(SendInfo what, std::vector<std::vector<std::byte>> keep) : what_(what), keep_(std::move(keep)) {}
   bool test() override {
     for (auto& r : reqs_)
       if (r && !r->test()) return false;
@@ -135,15 +157,63 @@ class BatchRequest final : public Request {
   }
   std::string describe() const override {
     for (const auto& r : reqs_)
-      if (r) return what_ + " (" + r->describe() + ")";
-    return what_;
+      if (r) return what_.format() + " (" + r->describe() + ")";
+    return what_.format();
   }
   std::vector<RequestPtr> reqs_;
   const std::vector<std::vector<std::byte>>& keep() const { return keep_; }
 
  private:
-  std::string what_;
+  SendInfo what_;
   std::vector<std::vector<std::byte>> keep_;
+};
+
+// The baseline's messages in order, each sent only after the receiver's ready for it
+// arrived (see stream.hpp); the next ready is awaited as soon as a message left.
+class RendezvousRequest final : public Request {
+ public:
+  struct Message {
+    std::span<const std::byte> data;
+    std::uint32_t tag = 0;
+  };
+  RendezvousRequest(Link& link, std::uint32_t ready, SendInfo what, std::vector<std::vector<std::byte>> keep,
+                    std::vector<Message> messages)
+      : link_(link), ready_tag_(ready), what_(what), keep_(std::move(keep)), messages_(std::move(messages)) {}
+  bool test() override {
+    while (next_ < messages_.size()) {
+      if (!ready_) ready_ = link_.irecv({}, ready_tag_);
+      if (!ready_->test()) return false;
+      ready_.reset();
+      sends_.push_back(link_.isend(messages_[next_].data, messages_[next_].tag));
+      ++next_;
+    }
+    for (auto& r : sends_)
+      if (!r->test()) return false;
+    return true;
+  }
+  std::size_t bytes() const override {
+    std::size_t b = 0;
+    for (const auto& r : sends_) b += r->bytes();
+    return b;
+  }
+  std::string describe() const override {
+    if (next_ < messages_.size())
+      return fmt::format("{} (waiting for the receiver's ready for message {} of {})", what_.format(), next_ + 1,
+                         messages_.size());
+    for (const auto& r : sends_)
+      if (r) return what_.format() + " (" + r->describe() + ")";
+    return what_.format();
+  }
+
+ private:
+  Link& link_;
+  std::uint32_t ready_tag_;
+  SendInfo what_;
+  std::vector<std::vector<std::byte>> keep_;  // size word and blob the messages point into
+  std::vector<Message> messages_;
+  std::size_t next_ = 0;
+  RequestPtr ready_;
+  std::vector<RequestPtr> sends_;
 };
 
 }  // namespace
@@ -157,7 +227,7 @@ RequestPtr StageSender::send(std::span<const TensorRef> tensors, std::size_t row
   StreamSchema schema = schema_of(tensors);
   std::vector<std::vector<std::byte>> keep;
   const std::uint64_t iteration = iteration_++;
-  if (mode_ == StreamMode::kBaseline) {
+  if (is_baseline(mode_)) {
     keep.push_back(encode(iteration, rows, schema));
     std::uint64_t size = keep[0].size();
     keep.emplace_back(sizeof(size));
@@ -169,12 +239,11 @@ RequestPtr StageSender::send(std::span<const TensorRef> tensors, std::size_t row
     have_schema_ = true;
     ++stats_.schema_exchanges;
   }
-  auto req = std::make_unique<BatchRequest>(
-      fmt::format("stage stream iteration {} to rank {} ({})", iteration, link_.peer(), to_string(mode_)),
-      std::move(keep));
+  if (mode_ == StreamMode::kBaseline) return send_rendezvous(tensors, rows, iteration, std::move(keep));
+  auto req = std::make_unique<BatchRequest>(SendInfo{iteration, link_.peer(), mode_}, std::move(keep));
   const auto& k = req->keep();
   int bank = bank_;
-  if (mode_ == StreamMode::kBaseline) {
+  if (mode_ == StreamMode::kBaselineEager) {
     req->reqs_.push_back(link_.isend(k[1], tag_base_));
     req->reqs_.push_back(link_.isend(k[0], tag_base_ + 1));
     stats_.metadata_bytes += k[0].size() + k[1].size();
@@ -193,6 +262,24 @@ RequestPtr StageSender::send(std::span<const TensorRef> tensors, std::size_t row
     stats_.messages += 1;
   }
   ++stats_.iterations;
+  return req;
+}
+
+RequestPtr StageSender::send_rendezvous(std::span<const TensorRef> tensors, std::size_t rows, std::uint64_t iteration,
+                                        std::vector<std::vector<std::byte>> keep) {
+  // keep = {blob, size word}; the vectors' heap storage does not move with them.
+  std::vector<RendezvousRequest::Message> msgs = {{keep[1], tag_base_}, {keep[0], tag_base_ + 1}};
+  stats_.metadata_bytes += keep[0].size() + keep[1].size();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    std::size_t bytes = rows * tensors[i].spec.row_bytes;
+    msgs.push_back({{static_cast<const std::byte*>(tensors[i].data), bytes}, data_tag(tag_base_, 0, i)});
+    stats_.payload_bytes += bytes;
+  }
+  stats_.messages += 2 * msgs.size();  // each message and the ready that let it go
+  ++stats_.iterations;
+  auto req = std::make_unique<RendezvousRequest>(link_, ready_tag(tag_base_), SendInfo{iteration, link_.peer(), mode_},
+                                                 std::move(keep), std::move(msgs));
+  req->test();  // posts the receive of the first ready
   return req;
 }
 
@@ -309,25 +396,38 @@ const std::vector<TensorView>& StageReceiver::receive(Deadline deadline) {
     throw_error(ErrorCode::kInvalidArgument, "stage stream from rank {}: receive() without a post() of its batch size",
                 link_.peer());
   Slot& slot = *slots_[received_ % slots_.size()];
-  if (mode_ == StreamMode::kBaseline) return receive_baseline(slot, deadline);
-  poll_until([&] { return poll_aware(slot); }, deadline,
-             fmt::format("stage stream iteration {} from rank {} ({})", slot.iteration, link_.peer(),
-                         have_schema_ ? "raw tensors" : "schema"));
+  if (is_baseline(mode_)) return receive_baseline(slot, deadline);
+  // The description is formatted only if the wait times out (not once per iteration).
+  poll_until([&] { return poll_aware(slot); }, deadline, [&] {
+    return fmt::format("stage stream iteration {} from rank {} ({})", slot.iteration, link_.peer(),
+                       have_schema_ ? "raw tensors" : "schema");
+  });
   finish(slot);
   apply_control();  // a pending schema may apply from the next iteration on
   return views_;
 }
 
-// Today's engines: size, then blob, then each tensor into fresh memory, one round at a time.
+// Today's engines: size, then blob, then each tensor into fresh memory, one round at a time
+// (kBaseline also tells the sender each receive is posted, see stream.hpp).
+RequestPtr StageReceiver::receive_step(std::span<std::byte> buffer, std::uint32_t tag, Deadline deadline) {
+  auto r = link_.irecv(buffer, tag);
+  RequestPtr ready;
+  if (mode_ == StreamMode::kBaseline) {
+    ready = link_.isend({}, ready_tag(tag_base_));
+    ++stats_.messages;
+  }
+  r->wait(deadline);
+  if (ready) ready->wait(deadline);
+  return r;
+}
+
 const std::vector<TensorView>& StageReceiver::receive_baseline(Slot& slot, Deadline deadline) {
   std::uint64_t size = 0;
-  auto r = link_.irecv({reinterpret_cast<std::byte*>(&size), sizeof(size)}, tag_base_);
-  r->wait(deadline);
+  receive_step({reinterpret_cast<std::byte*>(&size), sizeof(size)}, tag_base_, deadline);
   if (size > kMaxControl)
     throw_error(ErrorCode::kCorruptInput, "stage stream from rank {} announces {} bytes of metadata", link_.peer(), size);
   std::vector<std::byte> blob(size);
-  r = link_.irecv(blob, tag_base_ + 1);
-  r->wait(deadline);
+  receive_step(blob, tag_base_ + 1, deadline);
   std::uint64_t iteration = 0, rows = 0;
   schema_ = decode(blob, link_.peer(), iteration, rows);
   have_schema_ = true;
@@ -341,8 +441,7 @@ const std::vector<TensorView>& StageReceiver::receive_baseline(Slot& slot, Deadl
   for (std::size_t i = 0; i < schema_.tensors.size(); ++i) {
     slot.buffers[i] = std::vector<std::byte>(rows * schema_.tensors[i].row_bytes);
     ++stats_.reallocations;
-    slot.reqs.push_back(link_.irecv(slot.buffers[i], data_tag(tag_base_, 0, i)));
-    slot.reqs.back()->wait(deadline);
+    slot.reqs.push_back(receive_step(slot.buffers[i], data_tag(tag_base_, 0, i), deadline));
   }
   finish(slot);
   return views_;

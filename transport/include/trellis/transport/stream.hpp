@@ -16,12 +16,18 @@
 // grow its buffers locally (two-sided tagged messages need no remote addresses, so no
 // message is needed for that); stats().reallocations counts it.
 //
-// Baseline (StreamMode::kBaseline), what engines do today: every iteration sends an 8-byte
-// size, then a metadata blob (rows, names, dtypes, row sizes), then each tensor; the receiver
-// cannot post anything ahead, allocates fresh buffers and waits for each step in turn.
+// Baseline (StreamMode::kBaseline), what engines do today (vLLM's send_tensor_dict over
+// torch.distributed send/recv): every iteration sends an 8-byte size, then a metadata blob
+// (rows, names, dtypes, row sizes), then each tensor; the receiver cannot post anything
+// ahead, allocates fresh buffers and receives each step in turn. Like gloo's send (which
+// moves its bytes only after the receiver announced the matching receive), each message
+// waits for a zero-byte "ready" from the receiver, sent when it posted that receive: every
+// message is one round trip. StreamMode::kBaselineEager is the same sequence without the
+// ready messages (every send leaves at once, as an eager MPI/UCX send would), the cheapest
+// structure-unaware protocol, kept for comparison.
 //
 // Both sides count messages and bytes (StreamStats) so tests can assert that the steady
-// state carries no metadata. Tags: [tag_base, tag_base + 2 + 2*kMaxTensors); give different
+// state carries no metadata. Tags: [tag_base, tag_base + 3 + 2*kMaxTensors); give different
 // streams on one link disjoint ranges.
 //
 // Threading: one thread at a time per sender/receiver. The link must outlive them. Every
@@ -41,9 +47,9 @@
 
 namespace trellis::transport {
 
-enum class StreamMode { kStructureAware, kBaseline };
+enum class StreamMode { kStructureAware, kBaseline, kBaselineEager };
 std::string_view to_string(StreamMode m);
-// "aware" or "baseline"; throws kInvalidArgument naming both.
+// "aware", "baseline" or "baseline-eager"; throws kInvalidArgument naming them.
 StreamMode parse_stream_mode(std::string_view name);
 
 inline constexpr std::uint32_t kStreamTagBase = 0x10000;
@@ -77,7 +83,7 @@ struct TensorView {
 
 struct StreamStats {
   std::uint64_t iterations = 0;
-  std::uint64_t messages = 0;        // every message sent or received, control included
+  std::uint64_t messages = 0;        // every message sent or received, control (and ready) included
   std::uint64_t payload_bytes = 0;   // tensor bytes
   std::uint64_t metadata_bytes = 0;  // size words, metadata blobs, schema messages
   std::uint64_t schema_exchanges = 0;
@@ -94,6 +100,9 @@ class StageSender {
   StreamMode mode() const { return mode_; }
 
  private:
+  RequestPtr send_rendezvous(std::span<const TensorRef> tensors, std::size_t rows, std::uint64_t iteration,
+                             std::vector<std::vector<std::byte>> keep);
+
   Link& link_;
   StreamMode mode_;
   std::uint32_t tag_base_;
@@ -131,6 +140,7 @@ class StageReceiver {
   void apply_control();
   bool poll_aware(Slot& slot);
   const std::vector<TensorView>& receive_baseline(Slot& slot, Deadline deadline);
+  RequestPtr receive_step(std::span<std::byte> buffer, std::uint32_t tag, Deadline deadline);
   void finish(Slot& slot);
 
   Link& link_;
