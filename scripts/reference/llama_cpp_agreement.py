@@ -11,11 +11,17 @@
           and kept quantised (native); medians of --bench-reps interleaved repetitions.
 
 Both engines get the same token ids (llama.cpp's tokenizer; trellis's gives identical ids,
-see llama_cpp_tokenize.py). trellis runs through tests/gguf/gguf_forward_tool.
+see llama_cpp_tokenize.py). trellis runs through tests/gguf/gguf_forward_tool, with its
+weights dequantised at load (--weights-format dequant) or kept as stored and multiplied as
+llama.cpp does (native). --noise-floor also measures llama.cpp against itself with its input
+embeddings scaled by 1 +/- 1e-6: on the Q4_1 file its 8-bit activations make it move by about
+as much as it differs from trellis, and the targets are then relaxed to that floor.
 
 Usage: llama_cpp_agreement.py --tool PATH/gguf_forward_tool [--gguf FILE] [--threads 2]
          [--what logits,greedy,bench] [--ctx 512] [--gen 24] [--text FILE] [--json OUT.json]
+         [--weights-format dequant|native] [--trellis-kv f32|bf16] [--noise-floor]
          [--make-f32 PATH/gguf_convert_tool --kv-f32] [--min-top1 .99 --min-greedy .9 --max-ppl-rel .01]
+         [--bench-steps 64 --bench-reps 3]
 Exit: 0 targets met, 1 missed, 77 skipped (no model or no llama_cpp).
 """
 import argparse
