@@ -138,7 +138,7 @@ void load_shard(transport::Bootstrap& world, const Config& config, const Perplex
 // stage's TP rank 0 (0 elsewhere).
 double run_window(transport::Bootstrap& world, const PerplexityOptions& o, Shard& sh, std::span<const std::int32_t> toks,
                   const PplWindow& w, Millis wait, std::vector<float>& x, std::vector<float>& local,
-                  std::vector<float>& full, std::vector<double>* scored_rows) {
+                  std::vector<float>& full) {
   LlamaModel& m = *sh.model;
   const std::int64_t H = m.config().hidden_size, T = o.ctx;
   Batch b;
@@ -161,11 +161,60 @@ double run_window(transport::Bootstrap& world, const PerplexityOptions& o, Shard
   if (sh.k != 0) return 0;
   double sum = 0;
   for (int j = w.first_scored; j < w.first_scored + w.n_scored; ++j) {
-    const double nll = negative_log_likelihood(std::span(full.data() + j * V, static_cast<std::size_t>(V)), toks[j + 1]);
-    if (scored_rows) scored_rows->push_back(nll);
-    sum += nll;
+    sum += negative_log_likelihood(std::span(full.data() + j * V, static_cast<std::size_t>(V)), toks[j + 1]);
   }
   return sum;
+}
+
+// The model's config, with the layout checked against it before any rank loads weights.
+ModelConfig checked_config(const PerplexityOptions& o, int world_size) {
+  if (o.pp < 1 || o.tp < 1 || o.pp * o.tp != world_size)
+    throw_error(ErrorCode::kInvalidArgument, "--pp {} x --tp {} = {} ranks, but the job has {} (mpirun -np {})", o.pp,
+                o.tp, o.pp * o.tp, world_size, o.pp * o.tp);
+  if (o.dtype != "f32" && o.dtype != "bf16")
+    throw_error(ErrorCode::kInvalidArgument, "--dtype {}: expected f32 or bf16", o.dtype);
+  ModelConfig cfg;
+  if (!o.model.empty()) {
+    auto reader = open_checkpoint(o.model);
+    auto text = reader->config_json();
+    if (!text) throw_error(ErrorCode::kNotFound, "{}: no config.json", reader->describe());
+    cfg = parse_model_config(*text, reader->describe() + "/config.json");
+  } else {
+    cfg = model_preset(o.preset);
+  }
+  if (cfg.num_heads % o.tp != 0 || cfg.num_kv_heads % o.tp != 0) {  // before any rank loads
+    std::string valid;
+    for (int v = 1; v <= cfg.num_kv_heads; ++v)
+      if (cfg.num_heads % v == 0 && cfg.num_kv_heads % v == 0) valid += (valid.empty() ? "" : ", ") + std::to_string(v);
+    throw_error(ErrorCode::kInvalidArgument,
+                "--tp {}: {} heads / {} KV heads cannot be split over {} ranks (each rank holds whole heads); "
+                "valid t: {}",
+                o.tp, cfg.num_heads, cfg.num_kv_heads, o.tp, valid);
+  }
+  if (o.pp > cfg.num_layers)
+    throw_error(ErrorCode::kInvalidArgument, "--pp {}: the model has only {} layers (one stage needs one)", o.pp,
+                cfg.num_layers);
+  return cfg;
+}
+
+// Every window through the pipeline; returns each window's summed NLL on every rank (the
+// scorer's numbers, shared by a bootstrap allgather of a few doubles).
+std::vector<double> score_windows(transport::Bootstrap& world, const PerplexityOptions& o, Shard& sh,
+                                  const std::vector<std::int32_t>& tokens, const std::vector<PplWindow>& windows,
+                                  std::int32_t bos, Millis wait, std::int64_t hidden) {
+  std::vector<float> x(static_cast<std::size_t>(o.ctx * hidden));
+  std::vector<float> local, full;
+  if (sh.stage == o.pp - 1) local.resize(static_cast<std::size_t>(o.ctx * sh.model->layout().vocab_local()));
+  std::vector<double> sums;
+  std::vector<std::int32_t> win(static_cast<std::size_t>(o.ctx));
+  for (const PplWindow& w : windows) {
+    std::copy_n(tokens.begin() + w.begin, o.ctx, win.begin());
+    if (bos >= 0) win[0] = bos;  // as llama.cpp: every window starts with BOS when the model wants one
+    sums.push_back(run_window(world, o, sh, win, w, wait, x, local, full));
+  }
+  auto all = world.allgather(std::as_bytes(std::span(sums)), Deadline::after(wait));
+  std::memcpy(sums.data(), all[static_cast<std::size_t>((o.pp - 1) * o.tp)].data(), sums.size() * sizeof(double));
+  return sums;
 }
 
 }  // namespace
@@ -196,32 +245,7 @@ double negative_log_likelihood(std::span<const float> row, std::int32_t target) 
 PerplexityResult evaluate_perplexity(transport::Bootstrap& world, const Config& config, const PerplexityOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const Deadline setup = Deadline::after(config.get_duration("comm.connect_timeout_ms") * 3);
-  if (o.pp < 1 || o.tp < 1 || o.pp * o.tp != world.size())
-    throw_error(ErrorCode::kInvalidArgument, "--pp {} x --tp {} = {} ranks, but the job has {} (mpirun -np {})", o.pp,
-                o.tp, o.pp * o.tp, world.size(), o.pp * o.tp);
-  if (o.dtype != "f32" && o.dtype != "bf16")
-    throw_error(ErrorCode::kInvalidArgument, "--dtype {}: expected f32 or bf16", o.dtype);
-  ModelConfig cfg;
-  if (!o.model.empty()) {
-    auto reader = open_checkpoint(o.model);
-    auto text = reader->config_json();
-    if (!text) throw_error(ErrorCode::kNotFound, "{}: no config.json", reader->describe());
-    cfg = parse_model_config(*text, reader->describe() + "/config.json");
-  } else {
-    cfg = model_preset(o.preset);
-  }
-  if (cfg.num_heads % o.tp != 0 || cfg.num_kv_heads % o.tp != 0) {  // before any rank loads
-    std::string valid;
-    for (int v = 1; v <= cfg.num_kv_heads; ++v)
-      if (cfg.num_heads % v == 0 && cfg.num_kv_heads % v == 0) valid += (valid.empty() ? "" : ", ") + std::to_string(v);
-    throw_error(ErrorCode::kInvalidArgument,
-                "--tp {}: {} heads / {} KV heads cannot be split over {} ranks (each rank holds whole heads); "
-                "valid t: {}",
-                o.tp, cfg.num_heads, cfg.num_kv_heads, o.tp, valid);
-  }
-  if (o.pp > cfg.num_layers)
-    throw_error(ErrorCode::kInvalidArgument, "--pp {}: the model has only {} layers (one stage needs one)", o.pp,
-                cfg.num_layers);
+  const ModelConfig cfg = checked_config(o, world.size());
   const VariantSpec variant = parse_variant_spec(o.variant, o.variant_layers, cfg.num_layers);
   validate_variant(variant, cfg, o.tp);
   PerplexityResult r;
@@ -234,32 +258,16 @@ PerplexityResult evaluate_perplexity(transport::Bootstrap& world, const Config& 
   world.barrier(Deadline::after(wait));
   r.load_s = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
-  std::vector<float> x(static_cast<std::size_t>(o.ctx * cfg.hidden_size));
-  std::vector<float> local, full;
-  if (sh.stage == o.pp - 1) local.resize(static_cast<std::size_t>(o.ctx * sh.model->layout().vocab_local()));
-  const bool scorer = sh.stage == o.pp - 1 && sh.k == 0;
-  double total = 0;
-  std::vector<std::int32_t> win(static_cast<std::size_t>(o.ctx));
-  for (const PplWindow& w : windows) {
-    std::copy_n(tokens.begin() + w.begin, o.ctx, win.begin());
-    if (bos >= 0) win[0] = bos;  // as llama.cpp: every window starts with BOS when the model wants one
-    const double sum = run_window(world, o, sh, win, w, wait, x, local, full, nullptr);
-    total += sum;
-    if (scorer) r.window_ppl.push_back(std::exp(sum / w.n_scored));
-    r.tokens_scored += w.n_scored;
-  }
-  // The scorer's sums reach rank 0 (bootstrap allgather of a few doubles).
-  std::vector<double> mine(windows.size() + 1, 0.0);
-  if (scorer) {
-    mine[0] = total;
-    std::copy(r.window_ppl.begin(), r.window_ppl.end(), mine.begin() + 1);
-  }
-  auto all = world.allgather(std::as_bytes(std::span(mine)), Deadline::after(wait));
-  std::memcpy(mine.data(), all[static_cast<std::size_t>((o.pp - 1) * o.tp)].data(), mine.size() * sizeof(double));
+  const auto sums = score_windows(world, o, sh, tokens, windows, bos, wait, cfg.hidden_size);
   r.eval_s = seconds_since(t1);
-  r.mean_nll = mine[0] / static_cast<double>(r.tokens_scored);
+  for (const PplWindow& w : windows) r.tokens_scored += w.n_scored;
+  double total = 0;
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    total += sums[i];
+    r.window_ppl.push_back(std::exp(sums[i] / windows[i].n_scored));
+  }
+  r.mean_nll = total / static_cast<double>(r.tokens_scored);
   r.perplexity = std::exp(r.mean_nll);
-  r.window_ppl.assign(mine.begin() + 1, mine.end());
   r.text_tokens = static_cast<std::int64_t>(tokens.size());
   r.windows = static_cast<int>(windows.size());
   r.ctx = o.ctx;
