@@ -50,7 +50,7 @@ mkdir -p "$OUT"
 # A private copy, so a rebuild of BUILD_DIR during the sweep does not change what is measured.
 cp "$TRELLIS" "$OUT/trellis.bin" && TRELLIS="$OUT/trellis.bin"
 load() { echo "$(date -u +%H:%M:%S) $1: $(uptime | sed 's/.*load/load/')" >>"$OUT/load.txt"; }
-git -C "$HERE" rev-parse --short HEAD >"$OUT/commit.txt" 2>/dev/null || true
+[ "$SKIP_SWEEP" = 1 ] || git -C "$HERE" rev-parse --short HEAD >"$OUT/commit.txt" 2>/dev/null || true
 
 # The model the planner predicts: the preset's config.json.
 "$TRELLIS" make-model --preset "$PRESET" --out "$OUT/model" >/dev/null
@@ -162,6 +162,7 @@ sweep() {  # sweep CLUSTER_SPEC LAYOUTS LAUNCHER...
   for rep in $(seq "$REPS"); do
     flock 9  # one repetition (~1-2 min) per hold of the lock
     load "$spec rep $rep"
+    [ -z "$spec" ] || cluster_up
     for layout in $layouts; do
       local p=${layout%x*} t=${layout#*x}
       for b in $BATCHES; do
@@ -171,24 +172,28 @@ sweep() {  # sweep CLUSTER_SPEC LAYOUTS LAUNCHER...
         done
       done
     done
+    [ -z "$spec" ] || "$HERE/scripts/cluster" down >/dev/null
     flock -u 9
   done
 }
+# The emulated hosts are shared with other sessions (`cluster up` removes anyone's hosts), so
+# they exist only while this script holds the lock, as other sessions' cluster runs do.
+cluster_up() { "$HERE/scripts/cluster" up 2 --rate "$RATE" >/dev/null; }
 exec 9>>"$LOCK"
 if [ "$SKIP_SWEEP" != 1 ]; then
   [ "${APPEND:-0}" = 1 ] || : >"$rows"
   [ "${INHOST:-1}" = 0 ] || sweep "" "1x1 1x2 2x1 2x2" "$MPI"
   if [ "$HOSTS2" = 1 ]; then
-    if ip netns list 2>/dev/null | grep -qE '^th[0-9]+'; then
-      echo "emulated hosts exist (someone else's cluster?): skipping the two-host rows" >&2
-    else
-      "$HERE/scripts/cluster" up 2 --rate "$RATE"
-      trap '"$HERE/scripts/cluster" down' EXIT
-      spec="hosts=2,sockets=1,nics=1x${RATE_G}g-eth"
-      # The cross-host link (tcp through the shaped veth) is calibrated across the two
-      # hosts and merged into the in-host calibration.
-      flock "$LOCK" "$HERE/scripts/cluster" mpirun -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration2.json" \
-        --no-peers --sections p2p,allreduce >"$OUT/bench_comm2.txt"
+    spec="hosts=2,sockets=1,nics=1x${RATE_G}g-eth"
+    # The cross-host link (tcp through the shaped veth) is calibrated across the two hosts
+    # and merged into the in-host calibration.
+    flock 9
+    cluster_up
+    "$HERE/scripts/cluster" mpirun --map-by node -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration2.json" \
+      --no-peers --sections p2p,allreduce >"$OUT/bench_comm2.txt" || echo "cross-host bench comm failed" >&2
+    "$HERE/scripts/cluster" down >/dev/null
+    flock -u 9
+    if [ -s "$OUT/calibration2.json" ]; then
       "$PY" - "$OUT/calibration.json" "$OUT/calibration2.json" <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2]))
@@ -197,7 +202,7 @@ a["links"] = a.get("links", []) + [l for l in b.get("links", []) if l["class"] n
 a["allreduce"] = a.get("allreduce", []) + [r for r in b.get("allreduce", []) if r["class"] not in have]
 json.dump(a, open(sys.argv[1], "w"), indent=2)
 PY
-      sweep "$spec" "1x2 2x1 2x2" "$HERE/scripts/cluster" mpirun
+      sweep "$spec" "1x2 2x1 2x2" "$HERE/scripts/cluster" mpirun --map-by node
     fi
   fi
   load "sweep end"
