@@ -247,11 +247,20 @@ double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores) {
     if (p.threads >= cores && (t_hi == 0 || p.threads < t_hi)) t_hi = p.threads;
   }
   if (cores <= t_min) return curve_at(c.matmul, t_min, rows) * t_min / cores;  // time-shared cores
-  if (cores >= t_max) return curve_at(c.matmul, t_max, rows);
-  const double a = curve_at(c.matmul, t_lo, rows), b = curve_at(c.matmul, t_hi, rows);
-  if (t_hi == t_lo) return a;
-  const double f = (cores - t_lo) / (t_hi - t_lo);
-  return (1 - f) * a + f * b;
+  double v = 0;
+  if (cores >= t_max) {
+    v = curve_at(c.matmul, t_max, rows);
+  } else {
+    const double a = curve_at(c.matmul, t_lo, rows), b = curve_at(c.matmul, t_hi, rows);
+    const double f = t_hi == t_lo ? 0 : (cores - t_lo) / (t_hi - t_lo);
+    v = (1 - f) * a + f * b;
+  }
+  // More cores never make a kernel slower when they are really there: a curve that measured
+  // slower with more threads (their threads waited for each other while another process held
+  // a core) is replaced by the fastest thread count that fits.
+  for (const auto& p : c.matmul)
+    if (p.threads <= cores) v = std::min(v, curve_at(c.matmul, p.threads, rows));
+  return v;
 }
 
 int cpu_busy_ranks(const CpuSharing& c, const Layout& l, int ranks_per_host) {

@@ -49,6 +49,17 @@ TEST(CpuModel, CoresBetweenThreadCountsInterpolateAndFewerThanOneTimeShare) {
   EXPECT_THROW(cpu_seconds_per_param(empty, 1, 1), Error);
 }
 
+TEST(CpuModel, MoreCoresAreNeverSlowerThanFewerMeasuredThreads) {
+  CpuSharing c = two_core_host();
+  // a 2-thread measurement slower than the 1-thread one (threads waiting on each other
+  // under load): a rank with 2 cores gets the 1-thread rate
+  for (auto& p : c.matmul)
+    if (p.threads == 2) p.params_per_s /= 4;  // 2 threads at half the 1-thread rate
+  EXPECT_DOUBLE_EQ(cpu_seconds_per_param(c, 1, 2), 1e-9);
+  EXPECT_DOUBLE_EQ(cpu_seconds_per_param(c, 1, 1.5), 1e-9);
+  EXPECT_DOUBLE_EQ(cpu_seconds_per_param(c, 1, 0.5), 2e-9);
+}
+
 TEST(CpuModel, BusyRanksAreTheTpGroupsOfTheStagesHoldingAMicrobatch) {
   CpuSharing c = two_core_host();
   EXPECT_EQ(cpu_busy_ranks(c, Layout{1, 1, 1}, 1), 1);

@@ -209,7 +209,8 @@ double roofline_time(const DeviceSpec& d, const Efficiency& e, double flops, dou
 // Seconds per weight parameter of a linear layer multiplying `rows` rows on a rank that gets
 // `cores` cores: the measured curve of the nearest thread counts, linear in rows between
 // measured rows (beyond the largest, FLOP-bound: proportional to rows), linear in cores
-// between measured thread counts, and slowed by 1/cores below the smallest (time-sharing).
+// between measured thread counts, and slowed by 1/cores below the smallest (time-sharing);
+// never slower than a smaller measured thread count that fits in `cores`.
 double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores);
 // Ranks computing at the same time on the shared cores for a layout (>= 1).
 int cpu_busy_ranks(const CpuSharing& c, const Layout& l, int ranks_per_host);
