@@ -16,9 +16,10 @@
 // the inner sum in integers. The activation rounding (about 0.4% of a block's largest value
 // per element) is the main difference from an f32 product of dequantised weights.
 //
-// The scalar functions in namespace `ref` are the specification; the fast paths (AVX2 /
-// AVX-VNNI integer dot products, used by matmul) compute the same integer sums and differ only
-// in the order of the f32 additions of block results. Threading: all functions are pure.
+// The scalar functions in namespace `ref` are the specification; the fast paths (AVX2,
+// AVX-VNNI or AVX-512 VNNI integer dot products, used by matmul) compute the same integer
+// sums and differ only in the order of the f32 additions of block results.
+// Threading: all functions are pure.
 #pragma once
 
 #include <cstddef>
@@ -68,7 +69,8 @@ float vec_dot_q4_1_q8_1(const BlockQ4_1* w, const BlockQ8_1* x, std::int64_t n_b
 float vec_dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, std::int64_t n_blocks);
 }  // namespace ref
 
-// Which SIMD path vec_dot_* use in this build: "avx-vnni", "avx2" or "scalar".
+// Which SIMD path vec_dot_* use in this build (for messages and tests): AVX-512 VNNI (two
+// blocks per step), AVX-VNNI, AVX2 or scalar.
 const char* quant_dot_path();
 
 }  // namespace trellis::kernels
