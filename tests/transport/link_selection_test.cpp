@@ -1,7 +1,9 @@
 // The link-selection policy table and its overrides, on hand-made placements (no MPI).
 #include <gtest/gtest.h>
 
+#include "trellis/core/config.hpp"
 #include "trellis/core/error.hpp"
+#include "trellis/transport/collectives.hpp"
 #include "trellis/transport/selection.hpp"
 
 namespace trellis::transport {
@@ -92,6 +94,48 @@ TEST(LinkSelection, FromConfig) {
   auto p = SelectionPolicy::from_config(config);
   EXPECT_TRUE(p.no_nvlink);
   EXPECT_EQ(p.per_class.at(LinkClass::kRdma), Backend::kTcp);
+}
+
+// The wait policy comes from the comm.wait_* settings, for links and groups alike.
+TEST(WaitPolicy, FromSettings) {
+  Config config;
+  auto d = wait_policy(config);
+  EXPECT_EQ(d.spins, PollPolicy{}.spins);
+  EXPECT_EQ(d.yields, PollPolicy{}.yields);
+  EXPECT_EQ(d.sleep, PollPolicy{}.sleep);
+  config.set("comm.wait_spins", "5000", SettingSource::kFlag);
+  config.set("comm.wait_sleep_us", "7", SettingSource::kFlag);
+  auto p = wait_policy(config);
+  EXPECT_EQ(p.spins, 5000u);
+  EXPECT_EQ(p.sleep, std::chrono::microseconds(7));
+  EXPECT_EQ(GroupOptions::from_config(config).wait.spins, 5000u);
+  config.set("comm.wait_yields", "-1", SettingSource::kFlag);
+  try {
+    wait_policy(config);
+    ADD_FAILURE() << "a negative poll count was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("comm.wait_yields"), std::string::npos) << e.what();
+  }
+}
+
+// A timed-out wait still names what it waited for, though the name is formatted lazily.
+TEST(WaitPolicy, TimeoutNamesTheWaitLazily) {
+  int formatted = 0;
+  auto what = [&] {
+    ++formatted;
+    return std::string("receive from rank 3");
+  };
+  int polls = 0;
+  poll_until([&] { return ++polls == 10; }, Deadline::after_ms(10000), what);
+  EXPECT_EQ(formatted, 0);
+  try {
+    poll_until([] { return false; }, Deadline::after_ms(5), what, PollPolicy{0, 0, std::chrono::microseconds(100)});
+    ADD_FAILURE() << "the wait did not time out";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("receive from rank 3"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(formatted, 1);
 }
 
 }  // namespace
