@@ -148,13 +148,14 @@ int run_study(Session& s, StudyOptions o) {
   run.wake_control = o.wake_control;
   run.progress.interval = std::chrono::microseconds(s.config.get_int("comm.progress_interval_us"));
   std::vector<runtime::StudyPoint> points;
-  for (int b : batches)
-    for (const auto& spec : specs) {
-      points.push_back(runtime::measure_variant(model, spec, b, run, s.world()));
+  for (int b : batches) {
+    // Variants interleaved repeat by repeat (measure_interleaved): shared cores come in phases.
+    for (auto& p : runtime::measure_interleaved(model, specs, b, run, s.world())) {
       if (s.is_root())
-        spdlog::info("batch {} {}: prefill {:.3f} ms, decode {:.3f} ms", b, points.back().variant,
-                     1e3 * points.back().prefill_s, 1e3 * points.back().decode_s);
+        spdlog::info("batch {} {}: prefill {:.3f} ms, decode {:.3f} ms", b, p.variant, 1e3 * p.prefill_s, 1e3 * p.decode_s);
+      points.push_back(std::move(p));
     }
+  }
   runtime::derive_study(points);
   if (!s.is_root()) return 0;
 

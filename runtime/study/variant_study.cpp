@@ -209,6 +209,30 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
   return pt;
 }
 
+std::vector<StudyPoint> measure_interleaved(LlamaModel& model, const std::vector<VariantSpec>& specs, int batch,
+                                            const StudyRun& run, transport::Bootstrap& world) {
+  StudyRun once = run;
+  once.repeats = 1;
+  once.warmup = 0;
+  for (int w = 0; w < run.warmup; ++w)
+    for (const auto& spec : specs) measure_variant(model, spec, batch, once, world);
+  std::vector<StudyPoint> points;
+  std::vector<std::vector<double>> pre(specs.size()), dec(specs.size());
+  for (int r = 0; r < run.repeats; ++r) {
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      StudyPoint p = measure_variant(model, specs[i], batch, once, world);
+      pre[i].push_back(p.prefill_s);
+      dec[i].push_back(p.decode_s);
+      if (r == 0) points.push_back(p);
+    }
+  }
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    points[i].prefill_s = median(pre[i]);
+    points[i].decode_s = median(dec[i]);
+  }
+  return points;
+}
+
 void derive_study(std::vector<StudyPoint>& points) {
   std::map<int, const StudyPoint*> std_at, nocomm_at;
   for (const auto& p : points) {

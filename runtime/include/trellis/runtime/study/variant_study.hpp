@@ -91,6 +91,15 @@ struct StudyRun {
 StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch, const StudyRun& run,
                            transport::Bootstrap& world);
 
+// Times every spec at one batch size, interleaved: each warm-up and each timed repeat runs
+// every spec once (one measure_variant call with one repeat) before the next repeat starts,
+// and the medians are taken per spec afterwards. On a machine whose cores are shared with
+// other work the CPU a rank gets comes in phases of seconds; interleaving makes every
+// variant see the same phases, where timing one variant's repeats back to back does not.
+// Returns one point per spec, in order. Collective.
+std::vector<StudyPoint> measure_interleaved(LlamaModel& model, const std::vector<VariantSpec>& specs, int batch,
+                                            const StudyRun& run, transport::Bootstrap& world);
+
 // Fills the derived fields of every point from the `standard` and `nocomm` points of the same
 // batch size (speedup and shares stay NaN when the batch has no such point, or when
 // t_std - t_nocomm is not positive: communication too cheap to measure).
