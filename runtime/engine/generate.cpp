@@ -218,6 +218,9 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   lo.last_layer = lo.first_layer + layers[static_cast<std::size_t>(stage)];
   lo.max_slots = o.pp * sc.max_seqs_per_group;
   lo.max_seq_len = sc.max_context;
+  // native keeps GGUF Q4_1/Q8_0 blocks quantised (llama.cpp's arithmetic, faster); the default
+  // dequant is the one whose tokens are identical across layouts.
+  lo.weights_format = parse_weights_format(config.get_string("model.weights_format"), "model.weights_format");
   kernels::Context ctx(static_cast<int>(config.get_int("kernels.threads")));
   LlamaModel model(*reader, cfg, *timed, ctx, lo);
   auto stage_compute = make_llama_stage(model, variant, config.get_duration("comm.deadline_ms"));
