@@ -142,7 +142,10 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
   // Declared after the runner so it stops first; see StudyRun::wake_control.
   std::optional<transport::ProgressThread> control;
   transport::RequestPtr idle;
-  if (run.wake_control) {
+  // Ladder with its progress thread already has a thread waking at that interval; a second
+  // one would give it more scheduler favour than the control gives the others.
+  const bool own_waker = spec.kind == Variant::kLadder && run.progress.enabled;
+  if (run.wake_control && !own_waker) {
     control.emplace(transport::ProgressOptions{true, run.progress.interval});
     idle = control->drive(std::make_unique<IdleRequest>());
   }

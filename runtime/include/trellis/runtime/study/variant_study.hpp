@@ -80,7 +80,8 @@ struct StudyRun {
   // beside a ProgressThread (with `progress`'s interval) that drives a request which never
   // completes, i.e. a thread that wakes as often as ladder's does but moves nothing. On a
   // machine whose cores are shared with other work, such a thread changes how much CPU the
-  // rank gets; with the control on, every variant gets the same treatment.
+  // rank gets; with the control on, every variant gets the same treatment. Ladder with its
+  // progress thread enabled gets no second waker (its own thread is one).
   bool wake_control = false;
 };
 
