@@ -57,9 +57,9 @@ constexpr std::array kSettings = {
     SettingSpec{"comm.progress_interval_us", T::kInt, "20",
                 "Progress thread: microseconds slept between tests of outstanding requests (0: yield)",
                 "TRELLIS_PROGRESS_INTERVAL_US"},
-    SettingSpec{"comm.wait_spins", T::kInt, "100",
-                "Blocking communication waits: polls spent spinning before yielding the core between "
-                "polls (more: lower latency with a core per rank; fewer: ranks sharing cores hand over sooner)",
+    SettingSpec{"comm.wait_spins", T::kInt, "2000",
+                "Blocking communication waits: most polls spent spinning before yielding the core between "
+                "polls; a thread spins less while its yields show its core is shared (then ranks hand over sooner)",
                 "TRELLIS_WAIT_SPINS"},
     SettingSpec{"comm.wait_yields", T::kInt, "20000",
                 "Blocking communication waits: polls (from the start) before sleeping between polls", ""},

@@ -100,9 +100,9 @@ TEST(LinkSelection, FromConfig) {
 TEST(WaitPolicy, FromSettings) {
   Config config;
   auto d = wait_policy(config);
-  EXPECT_EQ(d.spins, PollPolicy{}.spins);
-  EXPECT_EQ(d.yields, PollPolicy{}.yields);
-  EXPECT_EQ(d.sleep, PollPolicy{}.sleep);
+  EXPECT_EQ(d.spins, static_cast<unsigned>(config.get_int("comm.wait_spins")));
+  EXPECT_EQ(d.yields, static_cast<unsigned>(config.get_int("comm.wait_yields")));
+  EXPECT_EQ(d.sleep, std::chrono::microseconds(config.get_int("comm.wait_sleep_us")));
   config.set("comm.wait_spins", "5000", SettingSource::kFlag);
   config.set("comm.wait_sleep_us", "7", SettingSource::kFlag);
   auto p = wait_policy(config);

@@ -1,12 +1,12 @@
 #include "trellis/transport/request.hpp"
 
-#include "trellis/core/poll.hpp"
+#include "src/wait.hpp"
 
 namespace trellis::transport {
 
 void Request::wait(Deadline deadline, const PollPolicy& policy) {
   // describe() formats a string: only on the slow path (the timeout), not per wait.
-  poll_until([this] { return test(); }, deadline, [this] { return describe(); }, policy);
+  detail::adaptive_wait([this] { return test(); }, [] { return 0; }, deadline, [this] { return describe(); }, policy);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "src/collectives/internal.hpp"
+#include "src/wait.hpp"
 #include "trellis/core/poll.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/transport/bootstrap.hpp"
@@ -98,23 +99,8 @@ void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::si
 void wait_stepped(Request& r, Deadline deadline, const PollPolicy& policy) {
   auto* stepped = dynamic_cast<SteppedRequest*>(&r);
   if (stepped == nullptr) return r.wait(deadline, policy);
-  auto start = Clock::now();
-  std::uint64_t last = stepped->steps_done();
-  for (unsigned long spin = 0;; ++spin) {
-    if (r.test()) return;
-    if (auto now_steps = stepped->steps_done(); now_steps != last) {
-      last = now_steps;
-      spin = 0;
-    }
-    if ((spin & 63) == 0 && deadline.expired())
-      throw_error(ErrorCode::kTimeout, "{}: no answer after {:.1f} s", r.describe(),
-                  std::chrono::duration<double>(Clock::now() - start).count());
-    if (spin > policy.yields) {
-      std::this_thread::sleep_for(policy.sleep);
-    } else if (spin > policy.spins) {
-      std::this_thread::yield();
-    }
-  }
+  adaptive_wait([&] { return r.test(); }, [&] { return stepped->steps_done(); }, deadline, [&] { return r.describe(); },
+                policy);
 }
 
 namespace {

@@ -28,7 +28,9 @@ class Request {
 
   // Polls test() until complete; throws ErrorCode::kTimeout with describe() in the
   // message when the deadline passes first. `policy` says how long to spin before yielding
-  // and sleeping between polls (core/poll.hpp; wait_policy(config) reads the settings).
+  // and sleeping between polls (core/poll.hpp; wait_policy(config) reads the settings);
+  // policy.spins is the most this thread spins: it spins less while its yields show that
+  // its core is shared (src/wait.hpp).
   void wait(Deadline deadline, const PollPolicy& policy = {});
 };
 
