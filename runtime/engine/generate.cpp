@@ -1,6 +1,7 @@
 #include "trellis/runtime/engine/generate.hpp"
 #include "trellis/runtime/model/variants.hpp"
 
+#include <chrono>
 #include <sched.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -223,7 +224,12 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   lo.weights_format = parse_weights_format(config.get_string("model.weights_format"), "model.weights_format");
   kernels::Context ctx(static_cast<int>(config.get_int("kernels.threads")));
   LlamaModel model(*reader, cfg, *timed, ctx, lo);
-  auto stage_compute = make_llama_stage(model, variant, config.get_duration("comm.deadline_ms"));
+  VariantOptions vo;  // lp loads the paper's per-layer shards from the same checkpoint
+  vo.progress.enabled = config.get_bool("comm.progress_thread");
+  vo.progress.interval = std::chrono::microseconds(config.get_int("comm.progress_interval_us"));
+  vo.reader = reader.get();
+  vo.load = lo;
+  auto stage_compute = make_llama_stage(model, variant, config.get_duration("comm.deadline_ms"), std::move(vo));
   if (world.rank() == 0 && !variant_is_exact(variant.kind))
     spdlog::warn("model variant nocomm on layers {}-{}: every TP all-reduce removed, outputs are WRONG on purpose "
                  "(the communication-free upper bound)", variant.range_first, variant.range_last - 1);

@@ -2,14 +2,20 @@
 
 #include <optional>
 
+#include <spdlog/spdlog.h>
+
 namespace trellis::runtime {
 namespace {
 
 class LlamaStage final : public StageCompute {
  public:
   explicit LlamaStage(LlamaModel& m) : m_(m) {}
-  LlamaStage(LlamaModel& m, const VariantSpec& v, Millis deadline) : m_(m) {
-    if (v.kind != Variant::kStandard) runner_.emplace(m, v, deadline);
+  LlamaStage(LlamaModel& m, const VariantSpec& v, Millis deadline, VariantOptions opts) : m_(m) {
+    if (v.kind != Variant::kStandard) runner_.emplace(m, v, deadline, std::move(opts));
+    if (v.kind == Variant::kLayerParallel)
+      spdlog::info("lp placement: {} (layer: each layer of a pair on its own half of the TP ranks, as the paper; "
+                   "heads: both layers split over all ranks)",
+                   runner_->lp_placement());
   }
   int hidden_size() const override { return static_cast<int>(m_.config().hidden_size); }
   int vocab_size() const override { return static_cast<int>(m_.config().vocab_size); }
@@ -110,8 +116,9 @@ class TimedGroup final : public transport::Group {
 
 std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model) { return std::make_unique<LlamaStage>(model); }
 
-std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model, const VariantSpec& variant, Millis deadline) {
-  return std::make_unique<LlamaStage>(model, variant, deadline);
+std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model, const VariantSpec& variant, Millis deadline,
+                                               VariantOptions opts) {
+  return std::make_unique<LlamaStage>(model, variant, deadline, std::move(opts));
 }
 
 std::unique_ptr<transport::Group> make_timed_group(transport::Group& inner, Tracer& trace) {

@@ -131,7 +131,14 @@ void load_shard(transport::Bootstrap& world, const Config& config, const Perplex
   lo.weights_format = parse_weights_format(config.get_string("model.weights_format"), "model.weights_format");
   sh.ctx = std::make_unique<kernels::Context>(static_cast<int>(config.get_int("kernels.threads")));
   sh.model = std::make_unique<LlamaModel>(*sh.reader, cfg, *sh.group, *sh.ctx, lo);
-  if (variant.kind != Variant::kStandard) sh.runner.emplace(*sh.model, variant, config.get_duration("comm.deadline_ms"));
+  if (variant.kind != Variant::kStandard) {
+    VariantOptions vo;  // as trellis run: lp loads the paper's per-layer shards from the reader
+    vo.progress.enabled = config.get_bool("comm.progress_thread");
+    vo.progress.interval = std::chrono::microseconds(config.get_int("comm.progress_interval_us"));
+    vo.reader = sh.reader.get();
+    vo.load = lo;
+    sh.runner.emplace(*sh.model, variant, config.get_duration("comm.deadline_ms"), std::move(vo));
+  }
 }
 
 // One window through the pipeline. Returns the summed NLL of its scored tokens on the last

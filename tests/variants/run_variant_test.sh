@@ -17,6 +17,9 @@ for v in standard parallel ladder lp; do
   run "$v" 1; run "$v" 2
   cmp -s "$W/${v}_1.jsonl" "$W/${v}_2.jsonl" && [ -s "$W/${v}_1.jsonl" ] && echo "ok   $v: t=2 tokens equal t=1" || fail "$v: t=2 tokens differ from t=1"
 done
+# lp at t=2 runs the paper's placement (each layer of a pair on its own rank), not the fallback
+out=$(timeout 120 "${MPI[@]}" -np 2 "$T" --log-level info run --preset tiny --tp 2 --variant lp --workload n=1,in=4,out=2 2>&1)
+grep -q "lp placement: layer" <<<"$out" && echo "ok   lp at t=2 uses the per-layer placement" || fail "lp at t=2 did not use the per-layer placement"
 for v in desync2 desync4 nocomm; do run "$v" 2 && echo "ok   $v runs at t=2"; done
 grep -q "WRONG on purpose" "$W/nocomm_2.log" && echo "ok   nocomm is labelled" || fail "nocomm run is not labelled"
 cmp -s "$W/standard_1.jsonl" "$W/parallel_1.jsonl" && fail "parallel gave the standard model's tokens" || echo "ok   parallel differs from standard"

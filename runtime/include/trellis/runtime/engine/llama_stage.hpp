@@ -15,8 +15,10 @@ namespace trellis::runtime {
 // of the rank's layers as the standard block, recording one "block" span per layer.
 std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model);
 // The same with a communication-reducing variant's residual wiring (variants.hpp) over
-// this stage's layers; `deadline` bounds each wait on an asynchronous all-reduce.
-std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model, const VariantSpec& variant, Millis deadline);
+// this stage's layers; `deadline` bounds each wait on an asynchronous all-reduce. `opts`:
+// ladder's progress thread, and for lp the checkpoint its per-layer shards load from.
+std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model, const VariantSpec& variant, Millis deadline,
+                                               VariantOptions opts = {});
 
 // A Group that forwards to `inner` and records an "all-reduce" span (lane forward) for each
 // synchronous all-reduce and for the wait of each asynchronous one. Both must outlive it.
