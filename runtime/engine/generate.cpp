@@ -96,7 +96,7 @@ std::string make_job_token(transport::Bootstrap& world, Deadline deadline) {
   std::string tok;
   if (world.rank() == 0) tok = fmt::format("{:x}{:x}", static_cast<unsigned>(::getpid()), std::random_device{}());
   std::vector<std::byte> b(tok.size());
-  std::memcpy(b.data(), tok.data(), tok.size());
+  if (!tok.empty()) std::memcpy(b.data(), tok.data(), tok.size());
   world.broadcast(b, 0, deadline);
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }

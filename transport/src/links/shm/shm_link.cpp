@@ -191,7 +191,9 @@ class ShmLink final : public Link {
   }
 
   void deliver(const std::byte* p, std::size_t len) {
-    if (cur_.dest) {
+    if (len == 0) {
+      // a zero-byte message: nothing to copy (and an empty buffer's data() may be null)
+    } else if (cur_.dest) {
       if (!cur_.dest->cancelled) std::memcpy(cur_.dest->buffer.data() + cur_.got, p, len);
     } else if (!cur_.discard) {
       std::memcpy(cur_.unexpected.data() + cur_.got, p, len);
