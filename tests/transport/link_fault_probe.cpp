@@ -102,6 +102,16 @@ int main(int argc, char** argv) {
       double s = std::chrono::duration<double>(Clock::now() - start).count();
       std::fprintf(stderr, "rank %d: round %d failed after %.2f s: %s\n", me, round, s, e.what());
       report(o, me, "fail " + std::to_string(s) + " " + e.what());
+      // Finish this round's other transfers before closing the links: a survivor that
+      // vanished at once would make the next survivor see *its* connection close first and
+      // report this rank instead of the dead one (a race the test must not depend on).
+      for (auto& r : reqs) {
+        try {
+          r->wait(Deadline::after_ms(500));
+        } catch (const Error&) {
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
       reqs.clear();
       t.reset();
       // Leave without MPI_Finalize: a peer is gone and finalize could wait on it.
