@@ -51,14 +51,7 @@ void adaptive_wait(Done&& done, Steps&& steps, Deadline deadline, What&& what, c
       last = now_steps;
       spin = 0;
     }
-    if ((spin & 63) == 0 && deadline.expired()) {
-      double waited = std::chrono::duration<double>(Clock::now() - start).count();
-      if constexpr (std::is_invocable_v<What&>) {
-        throw_error(ErrorCode::kTimeout, "{}: no answer after {:.1f} s", what(), waited);
-      } else {
-        throw_error(ErrorCode::kTimeout, "{}: no answer after {:.1f} s", what, waited);
-      }
-    }
+    if ((spin & 63) == 0 && deadline.expired()) throw_wait_timeout(what, start);
     if (spin > policy.yields) {
       std::this_thread::sleep_for(policy.sleep);
     } else if (spin > budget) {

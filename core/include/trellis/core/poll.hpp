@@ -29,21 +29,26 @@ struct PollPolicy {
   std::chrono::microseconds sleep{50};
 };
 
-// `what` is a string or a callable returning one; a callable is called only when the wait
-// times out, so hot paths need not format a description per wait.
+// Throws kTimeout "<what>: no answer after N s" for a wait that began at `start`. `what` is
+// a string or a callable returning one; a callable is called only here, when the wait has
+// timed out, so hot paths need not format a description per wait. Shared by every wait loop.
+template <typename What>
+[[noreturn]] void throw_wait_timeout(What& what, Clock::time_point start) {
+  double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  if constexpr (std::is_invocable_v<What&>) {
+    throw_error(ErrorCode::kTimeout, "{}: no answer after {:.1f} s", what(), waited);
+  } else {
+    throw_error(ErrorCode::kTimeout, "{}: no answer after {:.1f} s", what, waited);
+  }
+}
+
+// `what`: see throw_wait_timeout.
 template <typename Done, typename What>
 void poll_until(Done&& done, Deadline deadline, What&& what, PollPolicy policy = {}) {
   auto start = Clock::now();
   for (unsigned long spin = 0;; ++spin) {
     if (done()) return;
-    if ((spin & 63) == 0 && deadline.expired()) {
-      double waited = std::chrono::duration<double>(Clock::now() - start).count();
-      if constexpr (std::is_invocable_v<What&>) {
-        throw_error(ErrorCode::kTimeout, "{}: no answer after {:.1f} s", what(), waited);
-      } else {
-        throw_error(ErrorCode::kTimeout, "{}: no answer after {:.1f} s", what, waited);
-      }
-    }
+    if ((spin & 63) == 0 && deadline.expired()) throw_wait_timeout(what, start);
     if (spin > policy.yields) {
       std::this_thread::sleep_for(policy.sleep);
     } else if (spin > policy.spins) {
