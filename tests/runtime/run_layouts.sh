@@ -60,4 +60,9 @@ out=$(timeout 60 "${MPI[@]}" -np 2 "$T" run --pp 2 --prompts "$W/broken.jsonl" 2
 [ $rc != 0 ] || fail "a malformed prompts file was accepted"
 grep -q "broken.jsonl:2: not valid JSON" <<<"$out" || { echo "$out"; fail "the malformed line is not named"; }
 echo "ok: malformed prompts file rejected naming line 2"
+
+out=$(timeout 60 "${MPI[@]}" -np 1 "$T" --set model.weights_format=bogus run --preset tiny --workload n=1,in=4,out=2 2>&1); rc=$?
+[ $rc != 0 ] || fail "an unknown model.weights_format was accepted"
+grep -q "model.weights_format: unknown weights format 'bogus'" <<<"$out" || { echo "$out"; fail "the bad weights format is not named"; }
+echo "ok: unknown model.weights_format rejected naming the setting"
 echo PASS
