@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -36,6 +37,8 @@ struct BenchModelOptions {
   std::string python = "/usr/bin/python3";
   std::string triad_size = "256MiB";
   bool json = false;
+  std::string batches;  // --batches: also time the forward at these batch sizes (calibration)
+  int batch_reps = 3;
 };
 
 double median(std::vector<double> v) {
@@ -77,6 +80,54 @@ nlohmann::json run_torch(const BenchModelOptions& o, const std::string& dir, int
   return j;
 }
 
+// The forward at each batch size B of `o.batches`: B prompts of `o.prompt` tokens prefilled
+// in one call, then `o.steps` decode steps of B tokens (median step). The sizes are
+// interleaved over `o.batch_reps` rounds so a slow phase of a shared machine hits each
+// alike; medians per size. The planner's calibration (sim/scripts/plan_validate.sh) turns
+// these into linear-layer rates at the model's own shapes.
+nlohmann::json time_batches(const BenchModelOptions& o, const runtime::CheckpointReader& reader,
+                            const runtime::ModelConfig& cfg, transport::Group& group, const kernels::Context& ctx,
+                            const runtime::LoadOptions& base) {
+  std::vector<int> sizes;
+  for (auto b : parse_int_list(o.batches, "--batches")) {
+    if (b < 1) throw_error(ErrorCode::kInvalidArgument, "--batches: batch sizes must be >= 1 (got {})", b);
+    sizes.push_back(static_cast<int>(b));
+  }
+  runtime::LoadOptions lo = base;
+  lo.max_slots = *std::max_element(sizes.begin(), sizes.end());
+  runtime::LlamaModel model(reader, cfg, group, ctx, lo);
+  std::map<int, std::vector<double>> pre_s, step_s;
+  for (int rep = 0; rep < o.batch_reps; ++rep)
+    for (int b : sizes) {
+      runtime::Batch pre;
+      for (int q = 0; q < b; ++q) {
+        for (int i = 0; i < o.prompt; ++i)
+          pre.tokens.push_back(static_cast<std::int32_t>((i * 37 + q * 11 + 5) % cfg.vocab_size));
+        pre.seqs.push_back({q, 0, o.prompt});
+      }
+      double t0 = now_seconds();
+      model.forward(pre);
+      pre_s[b].push_back(now_seconds() - t0);
+      std::vector<std::int32_t> next(static_cast<std::size_t>(b));
+      std::vector<std::int64_t> pos(static_cast<std::size_t>(b), o.prompt);
+      std::vector<double> steps;
+      for (int k = 0; k < o.steps; ++k) {
+        for (int q = 0; q < b; ++q) next[static_cast<std::size_t>(q)] = (k * 13 + q * 7 + 1) % cfg.vocab_size;
+        t0 = now_seconds();
+        model.forward(runtime::Batch::decode(next, pos));
+        steps.push_back(now_seconds() - t0);
+        for (auto& p : pos) ++p;
+      }
+      step_s[b].push_back(median(steps));
+    }
+  nlohmann::json out = nlohmann::json::array();
+  for (int b : sizes)
+    out.push_back({{"batch", b}, {"prefill_tokens", b * o.prompt}, {"prefill_s", median(pre_s[b])},
+                   {"decode_step_s", median(step_s[b])}, {"decode_context_mean", o.prompt + (o.steps - 1) / 2.0},
+                   {"decode_step_s_reps", step_s[b]}});
+  return out;
+}
+
 int run_bench_model(Session& s, const BenchModelOptions& o) {
   if (!s.require_world(s.size() == 1, "bench model measures one rank; run it without mpirun")) return 1;
   const std::string dir = ensure_checkpoint(o);
@@ -116,6 +167,11 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   const double tok_s = 1.0 / median(step_s);
   const double bytes = static_cast<double>(model.decode_bytes_per_token());
   const double limit = triad.median_bytes_per_s / bytes;
+  nlohmann::json batches;
+  if (!o.batches.empty()) {
+    lo.max_seq_len = o.prompt + o.steps + 1;
+    batches = time_batches(o, *reader, cfg, *group, ctx, lo);
+  }
   nlohmann::json torch = nlohmann::json::array();
   if (o.torch)
     for (const auto& d : split(o.torch_dtypes, ',')) torch.push_back(run_torch(o, dir, ctx.threads(), d));
@@ -127,6 +183,7 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
                       {"limit_tokens_per_s", limit}, {"decode_tokens_per_s", tok_s},
                       {"fraction_of_limit", tok_s / limit}, {"prefill_tokens", o.prompt},
                       {"prefill_s", prefill_s}, {"load_s", load_s}, {"steps", o.steps}, {"torch", torch}};
+  if (!o.batches.empty()) j["batches"] = batches;
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -147,6 +204,10 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   }
   if (!o.torch) std::cout << "  PyTorch eager: skipped (--no-torch)\n";
   std::cout << fmt::format("  (prefill of {} tokens {:.3f} s, load {:.1f} s)\n", o.prompt, prefill_s, load_s);
+  for (const auto& b : batches)
+    std::cout << fmt::format("  batch {:>4}: prefill of {} tokens {:.4f} s, decode step {:.3f} ms\n", b["batch"].get<int>(),
+                             b["prefill_tokens"].get<int>(), b["prefill_s"].get<double>(),
+                             1e3 * b["decode_step_s"].get<double>());
   return 0;
 }
 
@@ -170,6 +231,10 @@ Action define_bench_model(CLI::App& sub) {
   sub.add_option("--python", o->python, "Python with torch")->capture_default_str();
   sub.add_option("--triad-size", o->triad_size, "Bytes per triad array")->capture_default_str();
   sub.add_flag("--json", o->json, "Print JSON");
+  sub.add_option("--batches", o->batches,
+                 "Also time prefill and decode of the forward at these batch sizes, e.g. 1,4,16 (JSON 'batches')");
+  sub.add_option("--batch-reps", o->batch_reps, "Interleaved rounds over --batches (medians kept)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   return [o](Session& s) { return run_bench_model(s, *o); };
 }
 

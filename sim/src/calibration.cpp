@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -81,6 +82,16 @@ std::optional<std::pair<LinkKind, CalibratedAllreduce>> read_allreduce(const Rea
   m.ranks = static_cast<int>(r.num(a, "ranks", p));
   m.alpha_s = r.num(a, "alpha_us", p, false) * 1e-6;
   m.bus_bandwidth = r.num(a, "bus_bandwidth_GBps", p, false) * 1e9;
+  if (a.contains("samples")) {
+    const json& ss = a["samples"];
+    if (!ss.is_array()) r.fail(p + "samples", "must be an array");
+    for (std::size_t i = 0; i < ss.size(); ++i) {
+      const std::string q = p + "samples[" + std::to_string(i) + "].";
+      if (!ss[i].is_object()) r.fail(q.substr(0, q.size() - 1), "must be an object");
+      m.samples.emplace_back(r.num(ss[i], "bytes", q), r.num(ss[i], "seconds", q));
+    }
+    std::sort(m.samples.begin(), m.samples.end());
+  }
   LinkKind kind;
   try {
     kind = parse_link_kind(cls.get<std::string>());
@@ -102,6 +113,8 @@ std::vector<MatmulPoint> read_matmul(const Reader& r, const json& a) {
     m.threads = static_cast<int>(r.num(a[i], "threads", p));
     m.rows = r.num(a[i], "rows", p);
     m.params_per_s = r.num(a[i], "params_per_s", p);
+    if (a[i].contains("tp")) m.tp = static_cast<int>(r.num(a[i], "tp", p));
+    if (a[i].contains("context")) m.context = r.num(a[i], "context", p, false);
     out.push_back(m);
   }
   return out;
@@ -159,6 +172,7 @@ Calibration Calibration::parse(std::string_view text, std::string_view origin) {
       auto m = read_allreduce(r, ar[i], "allreduce[" + std::to_string(i) + "].");
       if (!m) continue;
       const auto key = std::make_pair(m->first, m->second.ranks);
+      c.allreduce_all_[key].push_back(m->second);
       auto it = c.allreduce_.find(key);
       if (it == c.allreduce_.end() || m->second.seconds(1 << 20) < it->second.seconds(1 << 20))
         c.allreduce_[key] = m->second;
@@ -201,6 +215,22 @@ Calibration Calibration::load(const std::string& path) {
 const CalibratedAllreduce* Calibration::allreduce(LinkKind kind, int ranks) const {
   auto it = allreduce_.find({kind, ranks});
   return it == allreduce_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::pair<double, double>> Calibration::allreduce_curve(LinkKind kind, int ranks) const {
+  auto it = allreduce_all_.find({kind, ranks});
+  if (it == allreduce_all_.end()) return {};
+  std::map<double, double> best;  // bytes -> fastest seconds
+  for (const auto& a : it->second)
+    for (const auto& [bytes, sec] : a.samples) {
+      auto [pos, fresh] = best.emplace(bytes, sec);
+      if (!fresh) pos->second = std::min(pos->second, sec);
+    }
+  std::vector<std::pair<double, double>> out(best.begin(), best.end());
+  // A smaller message is never slower than a larger one (it could be padded): a point
+  // measured slower than the next larger one is noise, not the cost of fewer bytes.
+  for (std::size_t i = out.size(); i-- > 1;) out[i - 1].second = std::min(out[i - 1].second, out[i].second);
+  return out;
 }
 
 const CalibratedLink* Calibration::link(LinkKind kind) const {

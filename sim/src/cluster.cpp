@@ -144,6 +144,7 @@ ClusterView make_cluster_view(const topology::Topology& topo, const std::string&
     for (const auto& [key, fit] : cal->allreduce_fits()) {
       c.allreduce_fits.push_back({key, {fit.alpha_s, fit.bus_bandwidth}});
       c.allreduce_algorithms.push_back(fit.algorithm);
+      c.allreduce_curves.push_back(cal->allreduce_curve(key.first, key.second));
     }
   std::set<std::string> classes;
   for (int a = 0; a < n; ++a)
@@ -194,6 +195,7 @@ LayoutLinks layout_links(const ClusterView& c, int p, int t, int first_rank) {
       out.tp.measured_alpha_s = c.allreduce_fits[i].second.first;
       out.tp.measured_bus_bandwidth = c.allreduce_fits[i].second.second;
       out.tp.measured_algorithm = c.allreduce_algorithms[i];
+      if (i < c.allreduce_curves.size()) out.tp.measured_curve = c.allreduce_curves[i];
     }
   for (int s = 0; s + 1 < p; ++s) {
     LinkCost worst;

@@ -64,7 +64,7 @@ Roof cpu_roof(const ModelInputs& in, double params, double rows, double flops, d
   const double share = cores / c.cores;
   // The k busy ranks stream their weights through one memory system: together no faster
   // than the host's measured bandwidth, however fast each one's curve alone would be.
-  const double linear = std::max(params * cpu_seconds_per_param(c, rows, cores),
+  const double linear = std::max(params * cpu_seconds_per_param(c, rows, cores, in.layout.t),
                                  k * params * in.work.weight_bytes / c.host_memory_bandwidth);
   const double t = linear + std::max(flops / (c.host_flops * share), bytes / (c.host_memory_bandwidth * share));
   // Memory-bound when streaming the weights takes longer than their arithmetic would.
@@ -86,8 +86,14 @@ LayerCompute layer_compute(const ModelInputs& in, double seqs, double tokens, do
   const double kv_traffic = prefill ? tokens * kv_token : seqs * ctx * kv_token;
   LayerCompute c;
   if (in.cpu.enabled) {
-    c.attn = cpu_roof(in, s.attn_params, tokens, 4 * tokens * ctx * s.q_dim, kv_traffic + 4 * tokens * m.hidden * ab);
-    c.mlp = cpu_roof(in, s.mlp_params, tokens, 0, tokens * (2.0 * m.hidden + 3.0 * m.intermediate / in.layout.t) * ab);
+    // A curve measured through the whole forward already holds the attention core over
+    // `covered` positions per row (departure 14): only the positions beyond it are added.
+    const double covered = cpu_curve_context(in.cpu, tokens, in.layout.t);
+    const double extra = ctx > 0 ? std::max(0.0, ctx - covered) / ctx : 0;
+    c.attn = cpu_roof(in, s.attn_params, tokens, extra * 4 * tokens * ctx * s.q_dim,
+                      extra * kv_traffic + (covered > 0 ? 0 : 4 * tokens * m.hidden * ab));
+    c.mlp = cpu_roof(in, s.mlp_params, tokens, 0,
+                     covered > 0 ? 0 : tokens * (2.0 * m.hidden + 3.0 * m.intermediate / in.layout.t) * ab);
     return c;
   }
   c.attn = roof(in, 2 * s.attn_params * tokens + 4 * tokens * ctx * s.q_dim,
@@ -194,6 +200,14 @@ double transfer_time(const LinkCost& l, double bytes) { return l.alpha_s + bytes
 
 double allreduce_time(const GroupLinks& g, double bytes) {
   if (g.ranks <= 1) return 0;
+  const auto& cv = g.measured_curve;
+  if (!cv.empty() && bytes <= cv.back().first) {
+    if (bytes <= cv.front().first) return cv.front().second;
+    auto hi = std::lower_bound(cv.begin(), cv.end(), bytes, [](const auto& pt, double b) { return pt.first < b; });
+    auto lo = hi - 1;
+    const double f = (bytes - lo->first) / (hi->first - lo->first);
+    return lo->second + f * (hi->second - lo->second);
+  }
   if (g.measured_bus_bandwidth > 0)
     return g.measured_alpha_s + 2.0 * (g.ranks - 1) / g.ranks * bytes / g.measured_bus_bandwidth;
   if (g.hosts <= 1) {
@@ -237,30 +251,59 @@ double curve_at(const std::vector<MatmulPoint>& pts, int threads, double rows) {
 }
 }  // namespace
 
-double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores) {
+namespace {
+// The TP shard whose points a layout of TP degree `t` reads: the largest measured tp <= t,
+// else the smallest measured (a curve measured on wider shards stands in for narrower ones).
+int curve_tp(const std::vector<MatmulPoint>& pts, int t) {
+  int best = 0, smallest = 0;
+  for (const auto& p : pts) {
+    if (p.tp <= t && p.tp > best) best = p.tp;
+    if (smallest == 0 || p.tp < smallest) smallest = p.tp;
+  }
+  return best > 0 ? best : smallest;
+}
+}  // namespace
+
+double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores, int tp) {
   if (c.matmul.empty()) throw_error(ErrorCode::kInvalidArgument, "CPU sharing model without measured matmul rates");
-  int t_min = c.matmul.front().threads, t_max = t_min, t_lo = 0, t_hi = 0;
-  for (const auto& p : c.matmul) {
+  const int shard = curve_tp(c.matmul, tp);
+  std::vector<MatmulPoint> pts;
+  for (const auto& p : c.matmul)
+    if (p.tp == shard) pts.push_back(p);
+  int t_min = pts.front().threads, t_max = t_min, t_lo = 0, t_hi = 0;
+  for (const auto& p : pts) {
     t_min = std::min(t_min, p.threads);
     t_max = std::max(t_max, p.threads);
     if (p.threads <= cores && p.threads > t_lo) t_lo = p.threads;
     if (p.threads >= cores && (t_hi == 0 || p.threads < t_hi)) t_hi = p.threads;
   }
-  if (cores <= t_min) return curve_at(c.matmul, t_min, rows) * t_min / cores;  // time-shared cores
+  if (cores <= t_min) return curve_at(pts, t_min, rows) * t_min / cores;  // time-shared cores
   double v = 0;
   if (cores >= t_max) {
-    v = curve_at(c.matmul, t_max, rows);
+    v = curve_at(pts, t_max, rows);
   } else {
-    const double a = curve_at(c.matmul, t_lo, rows), b = curve_at(c.matmul, t_hi, rows);
+    const double a = curve_at(pts, t_lo, rows), b = curve_at(pts, t_hi, rows);
     const double f = t_hi == t_lo ? 0 : (cores - t_lo) / (t_hi - t_lo);
     v = (1 - f) * a + f * b;
   }
   // More cores never make a kernel slower when they are really there: a curve that measured
   // slower with more threads (their threads waited for each other while another process held
   // a core) is replaced by the fastest thread count that fits.
-  for (const auto& p : c.matmul)
-    if (p.threads <= cores) v = std::min(v, curve_at(c.matmul, p.threads, rows));
+  for (const auto& p : pts)
+    if (p.threads <= cores) v = std::min(v, curve_at(pts, p.threads, rows));
   return v;
+}
+
+double cpu_curve_context(const CpuSharing& c, double rows, int tp) {
+  if (c.matmul.empty()) return 0;
+  const int shard = curve_tp(c.matmul, tp);
+  const MatmulPoint* near = nullptr;
+  for (const auto& p : c.matmul) {
+    if (p.tp != shard) continue;
+    const double d = std::abs(std::log(p.rows / rows));
+    if (!near || d < std::abs(std::log(near->rows / rows)) - 1e-12) near = &p;
+  }
+  return near ? near->context : 0;
 }
 
 int cpu_busy_ranks(const CpuSharing& c, const Layout& l, int ranks_per_host) {

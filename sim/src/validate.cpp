@@ -99,6 +99,16 @@ std::vector<Measurement> parse_measurements(const std::string& text, const std::
         dst->push_back(v.get<double>() * scale);
       }
     }
+    if (r.contains("others_cpu_share_reps")) {
+      const json& o = r["others_cpu_share_reps"];
+      if (!o.is_array()) bad(origin, p + "others_cpu_share_reps", "must be an array of numbers in [0, 1]");
+      for (std::size_t k = 0; k < o.size(); ++k) {
+        if (o[k].is_null()) continue;  // a repetition recorded before the field existed
+        if (!o[k].is_number() || o[k].get<double>() < 0 || o[k].get<double>() > 1)
+          bad(origin, p + "others_cpu_share_reps[" + std::to_string(k) + "]", "must be a number in [0, 1]");
+        m.others_cpu_share_reps.push_back(o[k].get<double>());
+      }
+    }
     if (r.contains("variant")) {
       if (!r["variant"].is_string()) bad(origin, p + "variant", "must be a string");
       try {
@@ -175,6 +185,12 @@ ValidationReport validate(const PlanRequest& request, const std::vector<Measurem
     }
   rep.median_rep_deviation = quantile(noise, 0.5);
   rep.p90_rep_deviation = quantile(noise, 0.9);
+  std::vector<double> others;
+  for (const auto& m : runs) others.insert(others.end(), m.others_cpu_share_reps.begin(), m.others_cpu_share_reps.end());
+  if (!others.empty()) {
+    rep.median_others_share = quantile(others, 0.5);
+    rep.p90_others_share = quantile(others, 0.9);
+  }
   for (const auto& [name, idx] : groups) {
     if (idx.size() < 2) continue;
     std::size_t best_measured = idx[0], best_predicted = idx[0];
@@ -211,6 +227,9 @@ std::string format_validation(const ValidationReport& rep) {
     s += fmt::format("measurement noise: single repetitions (up to {}) lie {:.1f}% (median) and {:.1f}% (p90) from "
                      "their row's median\n",
                      rep.repetitions, 100 * rep.median_rep_deviation, 100 * rep.p90_rep_deviation);
+  if (rep.median_others_share >= 0)
+    s += fmt::format("other processes took {:.1f}% (median) and {:.1f}% (p90) of the machine's CPU during the runs\n",
+                     100 * rep.median_others_share, 100 * rep.p90_others_share);
   s += fmt::format("top pick within 5% of the measured best in {} of {} workloads\n", rep.top_pick_ok,
                    rep.top_pick_groups);
   for (const auto& n : rep.notes) s += "note: " + n + "\n";

@@ -10,13 +10,17 @@
 //                  // ... or raw points, fitted here by least squares (time = alpha + bytes/bw)
 //                  "points": [ { "bytes": 8, "seconds": 3.2e-6 }, ... ] } ],
 //     "allreduce": [ { "class": "shm", "algorithm": "ring", "ranks": 4, "alpha_us": 9.0,
-//                      "bus_bandwidth_GBps": 2.1 } ],
+//                      "bus_bandwidth_GBps": 2.1,
+//                      // optional: the measured points, used by size where they reach
+//                      "samples": [ { "bytes": 4096, "seconds": 8.3e-6 }, ... ] } ],
 //     "compute": { "device": "cpu", "flops": 1.1e11, "memory_bandwidth": 1.2e10,
 //                  // optional, CPU hosts: cores the ranks share, kernel threads per rank, and
 //                  // measured linear-layer rates (weight parameters per second) by thread
 //                  // count and rows M (decode: M = sequences; prefill: M = tokens)
 //                  "cores": 2, "threads_per_rank": 2,
-//                  "matmul": [ { "threads": 1, "rows": 1, "params_per_s": 3.1e9 }, ... ] },
+//                  "matmul": [ { "threads": 1, "rows": 1, "params_per_s": 3.1e9,
+//                                // optional: TP shard measured, attention context included
+//                                "tp": 1, "context": 95.5 }, ... ] },
 //     "runtime": { "step_overhead_us": 230, "step_overhead_per_seq_us": 40 } }
 //                  // the engine's cost per iteration (fixed + per sequence), measured
 //
@@ -51,6 +55,8 @@ struct CalibratedAllreduce {
   int ranks = 0;
   double alpha_s = 0;
   double bus_bandwidth = 0;   // bytes/s
+  // The measured points behind the fit (bytes, seconds), ascending in bytes; may be empty.
+  std::vector<std::pair<double, double>> samples;
   double seconds(double bytes) const {
     return alpha_s + (ranks > 1 ? 2.0 * (ranks - 1) / ranks * bytes / bus_bandwidth : 0);
   }
@@ -59,10 +65,17 @@ struct CalibratedAllreduce {
 // One measured linear-layer rate: `threads` kernel threads multiplying M = `rows` rows by
 // weight matrices of the model's shapes processed `params_per_s` weight parameters per
 // second (GEMV at small M reads each weight once; GEMM at large M is FLOP-bound).
+//
+// Points measured through the whole forward (`trellis bench model --batches`) also carry
+// `tp`, the TP degree whose shard shapes were measured (a checkpoint with 1/tp of the heads,
+// KV heads, MLP width and vocabulary), and `context`, the attention positions per row the
+// forward already included (its attention core, norms and LM head are inside the rate).
 struct MatmulPoint {
   int threads = 1;
   double rows = 1;
   double params_per_s = 0;
+  int tp = 1;
+  double context = 0;  // 0: a kernel-only rate (attention charged separately in full)
 };
 
 struct CalibratedCompute {
@@ -96,11 +109,16 @@ class Calibration {
   // such as MPI_Allreduce and gloo are not trellis algorithms and are skipped), or null.
   const CalibratedAllreduce* allreduce(LinkKind kind, int ranks) const;
   const std::map<std::pair<LinkKind, int>, CalibratedAllreduce>& allreduce_fits() const { return allreduce_; }
+  // The measured all-reduce time by message size on `kind` with `ranks` ranks: at each
+  // measured size the fastest trellis algorithm (the engine picks its algorithm by message
+  // size), made non-decreasing in size; ascending (bytes, seconds), empty when not measured.
+  std::vector<std::pair<double, double>> allreduce_curve(LinkKind kind, int ranks) const;
 
  private:
   std::string origin_, machine_;
   std::map<LinkKind, CalibratedLink> links_;
   std::map<std::pair<LinkKind, int>, CalibratedAllreduce> allreduce_;
+  std::map<std::pair<LinkKind, int>, std::vector<CalibratedAllreduce>> allreduce_all_;
   std::optional<CalibratedCompute> compute_;
   std::optional<CalibratedRuntime> runtime_;
 };

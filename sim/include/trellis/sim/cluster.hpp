@@ -34,6 +34,8 @@ struct ClusterView {
   // Measured all-reduces from the calibration, by (link class, ranks).
   std::vector<std::pair<std::pair<LinkKind, int>, std::pair<double, double>>> allreduce_fits;  // alpha, bus bw
   std::vector<std::string> allreduce_algorithms;  // parallel to allreduce_fits
+  // Parallel to allreduce_fits: the measured time by size (Calibration::allreduce_curve).
+  std::vector<std::vector<std::pair<double, double>>> allreduce_curves;
 
   int ranks() const { return hosts * devices_per_host; }
 };

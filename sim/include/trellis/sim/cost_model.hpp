@@ -60,6 +60,10 @@ struct GroupLinks {
   double measured_alpha_s = 0;
   double measured_bus_bandwidth = 0;  // 0: not measured
   std::string measured_algorithm;
+  // Measured time by message size (ascending bytes, seconds; the fastest algorithm at each
+  // size). Within its range it replaces the fit: interpolated linearly between points, the
+  // smallest point's time below it; beyond the largest, the fit. Departure 13.
+  std::vector<std::pair<double, double>> measured_curve;
 };
 
 // Links one layout uses: its TP group and its p-1 stage boundaries (rank j of stage i sends
@@ -196,8 +200,8 @@ struct Prediction {
   std::vector<std::string> warnings;  // e.g. a message size outside the calibrated range
 };
 
-// Time of one all-reduce of `bytes` over a TP group (0 for one rank): the calibrated fit
-// when the group has one; otherwise Rabenseifner
+// Time of one all-reduce of `bytes` over a TP group (0 for one rank): the measured curve
+// where it reaches `bytes`, else the calibrated fit when the group has one; otherwise Rabenseifner
 // (reduce-scatter + all-gather, 2 ceil(log2 t) steps) within a host; hierarchical
 // (intra-host reduce-scatter, inter-host all-reduce of the shard, intra all-gather) across.
 double allreduce_time(const GroupLinks& g, double bytes);
@@ -210,8 +214,12 @@ double roofline_time(const DeviceSpec& d, const Efficiency& e, double flops, dou
 // `cores` cores: the measured curve of the nearest thread counts, linear in rows between
 // measured rows (beyond the largest, FLOP-bound: proportional to rows), linear in cores
 // between measured thread counts, and slowed by 1/cores below the smallest (time-sharing);
-// never slower than a smaller measured thread count that fits in `cores`.
-double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores);
+// never slower than a smaller measured thread count that fits in `cores`. Only the points of
+// one TP shard are read: those measured at the largest tp <= `tp` (else the smallest tp).
+double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores, int tp = 1);
+// Attention positions per row that the curve read at (`rows`, `tp`) already includes (the
+// context of the point nearest in rows, log scale; 0 for kernel-only points). Departure 14.
+double cpu_curve_context(const CpuSharing& c, double rows, int tp = 1);
 // Ranks computing at the same time on the shared cores for a layout (>= 1).
 int cpu_busy_ranks(const CpuSharing& c, const Layout& l, int ranks_per_host);
 
