@@ -213,33 +213,4 @@ Tensor Tensor::zeros(DType t, std::span<const std::int64_t> shape, Device d) {
   return out;
 }
 
-std::uint16_t f32_to_bf16(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-float bf16_to_f32(std::uint16_t b) {
-  std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-std::uint16_t f32_to_f16(float f) {
-  // Done through _Float16 where the compiler has it (GCC 12 on x86-64 does).
-  _Float16 h = static_cast<_Float16>(f);
-  std::uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
-
-float f16_to_f32(std::uint16_t h) {
-  _Float16 v;
-  std::memcpy(&v, &h, 2);
-  return static_cast<float>(v);
-}
-
 }  // namespace trellis::kernels

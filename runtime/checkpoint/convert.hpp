@@ -7,28 +7,16 @@
 #include <cstring>
 #include <string_view>
 
+#include "trellis/core/half.hpp"
 #include "trellis/runtime/checkpoint/reader.hpp"
 
 namespace trellis::runtime::convert {
 
-inline float bf16_to_f32(std::uint16_t b) {
-  std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// Round to nearest even; NaN stays NaN.
-inline std::uint16_t f32_to_bf16(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-float f16_to_f32(std::uint16_t h);
-std::uint16_t f32_to_f16(float f);
+// The scalar conversions live in core (trellis/core/half.hpp).
+using ::trellis::bf16_to_f32;
+using ::trellis::f16_to_f32;
+using ::trellis::f32_to_bf16;
+using ::trellis::f32_to_f16;
 
 enum class Stored { kF32, kBF16, kF16 };
 // Parses "F32" / "BF16" / "F16"; returns false for anything else.

@@ -1,15 +1,55 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "trellis/core/clock.hpp"
 #include "trellis/core/config.hpp"
 #include "trellis/core/error.hpp"
+#include "trellis/core/half.hpp"
 #include "trellis/core/log.hpp"
 #include "trellis/core/strings.hpp"
 
 namespace trellis {
 namespace {
+
+TEST(Half, Bf16RoundsToNearestEvenAndKeepsNaN) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+  // 1 + 2^-8 lies exactly between bf16 1.0 (even) and 1 + 2^-7: ties go to the even one.
+  EXPECT_EQ(f32_to_bf16(1.0f + 0.00390625f), 0x3f80);
+  // 1 + 3 x 2^-8 lies between 1 + 2^-7 (odd mantissa) and 1 + 2^-6: up to the even one.
+  EXPECT_EQ(f32_to_bf16(1.0f + 3 * 0.00390625f), 0x3f82);
+  EXPECT_EQ(f32_to_bf16(-2.0f), 0xc000);
+  // The largest finite f32 rounds to inf; a NaN must stay NaN, not round into inf.
+  EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::max()), 0x7f80);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(Half, F16RoundTripsEveryValue) {
+  // Every finite f16 bit pattern survives f16 -> f32 -> f16 unchanged (subnormals included).
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    auto bits = static_cast<std::uint16_t>(h);
+    float f = f16_to_f32(bits);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(f)))) << h;
+      continue;
+    }
+    ASSERT_EQ(f32_to_f16(f), bits) << "f16 bits " << h;
+  }
+}
+
+TEST(Half, F16RoundsOverflowsAndSubnormals) {
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);               // largest finite
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);               // rounds to inf
+  EXPECT_EQ(f32_to_f16(-1e9f), 0xfc00);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -26)), 0x0000);  // below half the smallest: zero
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie -> even (1.0)
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+}
 
 TEST(Strings, ParseSizeAcceptsBinaryUnits) {
   EXPECT_EQ(parse_size("4096", "x"), 4096u);

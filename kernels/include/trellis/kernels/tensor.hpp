@@ -26,6 +26,8 @@
 #include <string>
 #include <string_view>
 
+#include "trellis/core/half.hpp"
+
 namespace trellis::kernels {
 
 enum class Device : std::uint8_t { kCpu, kCuda };
@@ -145,10 +147,10 @@ class Tensor {
   TensorView view_;
 };
 
-// Scalar bf16/f16 conversions (round-to-nearest-even for f32 -> bf16; NaN stays NaN).
-std::uint16_t f32_to_bf16(float f);
-float bf16_to_f32(std::uint16_t b);
-std::uint16_t f32_to_f16(float f);
-float f16_to_f32(std::uint16_t h);
+// Scalar bf16/f16 conversions (trellis/core/half.hpp: round-to-nearest-even; NaN stays NaN).
+using ::trellis::bf16_to_f32;
+using ::trellis::f16_to_f32;
+using ::trellis::f32_to_bf16;
+using ::trellis::f32_to_f16;
 
 }  // namespace trellis::kernels
