@@ -59,7 +59,8 @@ class ShmLink final : public Link {
     in_data_ = rings + (lower ? ring_bytes : 0);
     head_ = out_->head.load(std::memory_order_relaxed);
     tail_ = in_->tail.load(std::memory_order_relaxed);
-    max_chunk_ = ring_bytes / 4;
+    max_chunk_ = shm::max_chunk(ring_bytes);
+    hot_bytes_ = shm::hot_bytes(ring_bytes);
   }
 
   int peer() const override { return peer_; }
@@ -140,7 +141,13 @@ class ShmLink final : public Link {
         tail_cache_ = out_->tail.load(std::memory_order_acquire);
         used = head_ - tail_cache_;
       }
-      std::size_t free = ring_bytes_ - used, pos = head_ % ring_bytes_, to_end = ring_bytes_ - pos;
+      std::size_t pos = head_ % ring_bytes_;
+      if (pos >= hot_bytes_ && head_ >= next_rewind_check_) {
+        rewind(pos);
+        used = head_ - tail_cache_;
+        pos = head_ % ring_bytes_;
+      }
+      std::size_t free = ring_bytes_ - used, to_end = ring_bytes_ - pos;
       if (free < shm::kAlign) return;  // full: the receiver has not caught up
       std::size_t remaining = op.data.size() - op.sent;
       std::size_t chunk = std::min<std::size_t>({remaining, max_chunk_, to_end - kHeaderBytes, free - kHeaderBytes});
@@ -161,12 +168,33 @@ class ShmLink final : public Link {
     }
   }
 
+  // Keeps a quiet link's records in the first hot_bytes_ of the ring, so that the memory it
+  // touches stays in the caches: once the write position has passed hot_bytes_ and the
+  // receiver has read everything, a pad record sends both sides back to the ring's start.
+  // Without it every message lands on new lines of the whole ring (4 MiB by default), none
+  // of them cached. Checked at most once per hot_bytes_/4 of traffic (it reads the
+  // receiver's cache line).
+  void rewind(std::size_t pos) {
+    next_rewind_check_ = head_ + hot_bytes_ / 4;
+    tail_cache_ = out_->tail.load(std::memory_order_acquire);
+    if (tail_cache_ != head_) return;  // the receiver is still reading
+    auto* h = reinterpret_cast<RecordHeader*>(out_data_ + pos);
+    h->total = shm::kPadRecord;
+    h->tag = 0;
+    h->len = 0;
+    head_ += ring_bytes_ - pos;  // published with the next record
+  }
+
   // Reads every record the peer has published.
   void pull() {
     std::uint64_t head = in_->head.load(std::memory_order_acquire);
     while (tail_ != head) {
       std::size_t pos = tail_ % ring_bytes_;
       const auto* h = reinterpret_cast<const RecordHeader*>(in_data_ + pos);
+      if (h->total == shm::kPadRecord) {
+        tail_ += ring_bytes_ - pos;
+        continue;
+      }
       if (!cur_.active) start_message(h->tag, h->total);
       deliver(in_data_ + pos + kHeaderBytes, h->len);
       tail_ += align_up(kHeaderBytes + h->len);
@@ -239,13 +267,13 @@ class ShmLink final : public Link {
   int peer_;
   std::unique_ptr<Mapping> map_;
   bool lower_;
-  std::size_t ring_bytes_, max_chunk_ = 0;
+  std::size_t ring_bytes_, max_chunk_ = 0, hot_bytes_ = 0;
   SegmentHeader* hdr_ = nullptr;
   RingControl* out_ = nullptr;
   RingControl* in_ = nullptr;
   std::byte* out_data_ = nullptr;
   std::byte* in_data_ = nullptr;
-  std::uint64_t head_ = 0, tail_cache_ = 0, tail_ = 0;
+  std::uint64_t head_ = 0, tail_cache_ = 0, tail_ = 0, next_rewind_check_ = 0;
   std::deque<std::shared_ptr<SendOp>> sends_;
   bool front_started_ = false;
   TagMatcher matcher_;
@@ -286,6 +314,28 @@ std::string segment_name(const std::string& token, int lo, int hi) {
   return fmt::format("/trellis-{}-{}-{}", token.substr(0, 24), lo, hi);
 }
 
+// Faults in the pages a quiet link uses (each ring's first hot_bytes + one record) before
+// the first message: otherwise the first pass over them costs a page fault per 4 KiB page
+// on both sides (allocation and zeroing where written first, mapping where read), and a
+// 4 KiB message took ~5 us instead of ~0.4 us until the ring had been used once (issue #4,
+// docs/benchmarks.md). The creator writes the pages (allocates them, before the peer
+// attaches or any record is written), the attacher reads them (maps them). Pages further
+// into the ring are touched by large messages only, and only on the first pass; the whole
+// ring is not committed up front, so many links per host cost little memory until used.
+void prefault_hot(std::byte* segment, std::size_t ring_bytes, bool creator) {
+  std::byte* rings = segment + align_up(sizeof(SegmentHeader));
+  const std::size_t span = std::min(ring_bytes, shm::hot_bytes(ring_bytes) + shm::max_chunk(ring_bytes) + shm::kAlign);
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  for (int r = 0; r < 2; ++r) {
+    std::byte* base = rings + static_cast<std::size_t>(r) * ring_bytes;
+    if (creator) {
+      std::memset(base, 0, span);
+    } else {
+      for (std::size_t off = 0; off < span; off += page) static_cast<void>(*reinterpret_cast<volatile const char*>(base + off));
+    }
+  }
+}
+
 std::unique_ptr<Mapping> map_segment(const std::string& name, bool create, std::size_t ring_bytes) {
   int fd = shm_open(name.c_str(), create ? (O_CREAT | O_EXCL | O_RDWR) : O_RDWR, 0600);
   if (fd < 0) throw_error(ErrorCode::kIo, "shm_open({}) failed: {}", name, std::strerror(errno));
@@ -312,6 +362,7 @@ std::unique_ptr<Mapping> map_segment(const std::string& name, bool create, std::
       throw_error(ErrorCode::kCorruptInput, "shared-memory segment {} has the wrong layout", name);
     hdr->pid[1].store(getpid(), std::memory_order_release);
   }
+  prefault_hot(map->data(), ring_bytes, create);
   return map;
 }
 
