@@ -33,6 +33,7 @@ struct StudyOptions {
   std::string variants = "standard,parallel,ladder,desync2,desync4,lp,nocomm";
   std::string ladder_layers, lp_layers;
   bool no_nvlink = false, json = false, wake_control = false;
+  int wake_interval_us = 1000;
   std::string csv, svg;
 };
 
@@ -146,6 +147,7 @@ int run_study(Session& s, StudyOptions o) {
   run.load = lo;
   run.progress.enabled = s.config.get_bool("comm.progress_thread");
   run.wake_control = o.wake_control;
+  run.wake_interval = std::chrono::microseconds(o.wake_interval_us);
   run.progress.interval = std::chrono::microseconds(s.config.get_int("comm.progress_interval_us"));
   std::vector<runtime::StudyPoint> points;
   for (int b : batches) {
@@ -164,7 +166,7 @@ int run_study(Session& s, StudyOptions o) {
                   "ladder progress thread {}{}", model_name, o.tp, group->describe(),
                   s.config.get_bool("comm.no_nvlink") ? ", --no-nvlink" : "", o.pp, o.weights, ctx.threads(),
                   run.progress.enabled ? fmt::format("on ({} us)", run.progress.interval.count()) : std::string("off"),
-                  o.wake_control ? ", wake control on every variant" : "");
+                  o.wake_control ? fmt::format(", wake control ({} us) on every variant", o.wake_interval_us) : std::string());
   if (!o.csv.empty()) std::ofstream(o.csv) << runtime::format_study_csv(points);
   if (!o.svg.empty()) std::ofstream(o.svg) << runtime::format_study_svg(points, title);
   if (o.json) {
@@ -203,8 +205,11 @@ Action define_study_variants(CLI::App& sub) {
   sub.add_option("--lp-layers", o->lp_layers, "Layers A-B (inclusive) lp pairs up (default: all)");
   sub.add_flag("--no-nvlink", o->no_nvlink, "Interconnect study without NVLink (comm.no_nvlink + NCCL_P2P_DISABLE=1; GPU builds)");
   sub.add_flag("--wake-control", o->wake_control,
-               "Run every variant beside an idle thread that wakes like ladder's progress thread (a control for that "
-               "thread's effect on the OS scheduler when cores are shared)");
+               "Run every variant beside an idle thread that wakes every --wake-interval-us (a control for the OS "
+               "scheduler favouring processes with a waking thread, such as ladder's progress thread, when cores are "
+               "shared with other work)");
+  sub.add_option("--wake-interval-us", o->wake_interval_us, "Wake interval of --wake-control's idle thread")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   sub.add_option("--csv", o->csv, "Write the results as CSV here (rank 0)");
   sub.add_option("--svg", o->svg, "Write the grouped bar chart here (rank 0)");
   sub.add_flag("--json", o->json, "Print JSON instead of tables");

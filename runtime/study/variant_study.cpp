@@ -11,6 +11,9 @@
 #include <span>
 #include <sstream>
 
+#include <sys/resource.h>
+#include <time.h>
+
 #include "trellis/core/error.hpp"
 #include "trellis/kernels/tensor.hpp"
 
@@ -113,6 +116,26 @@ void pipeline_forward(VariantRunner& runner, LlamaModel& model, const Batch& bat
   if (place.stage == 0) world.recv((place.pp - 1) * place.tp + place.tp_rank, kTokTag, tok, Deadline::after(deadline));
 }
 
+// CPU time and context switches so far: of the calling thread, and the process's CPU time.
+struct CpuSample {
+  double thread_s = 0, process_s = 0, vol = 0, invol = 0;
+  static CpuSample now() {
+    auto secs = [](clockid_t id) {
+      timespec ts{};
+      ::clock_gettime(id, &ts);
+      return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    };
+    CpuSample s;
+    s.thread_s = secs(CLOCK_THREAD_CPUTIME_ID);
+    s.process_s = secs(CLOCK_PROCESS_CPUTIME_ID);
+    rusage ru{};
+    ::getrusage(RUSAGE_THREAD, &ru);
+    s.vol = static_cast<double>(ru.ru_nvcsw);
+    s.invol = static_cast<double>(ru.ru_nivcsw);
+    return s;
+  }
+};
+
 // The wake control's request: never completes, costs one atomic load per test.
 class IdleRequest final : public transport::Request {
  public:
@@ -142,11 +165,8 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
   // Declared after the runner so it stops first; see StudyRun::wake_control.
   std::optional<transport::ProgressThread> control;
   transport::RequestPtr idle;
-  // Ladder with its progress thread already has a thread waking at that interval; a second
-  // one would give it more scheduler favour than the control gives the others.
-  const bool own_waker = spec.kind == Variant::kLadder && run.progress.enabled;
-  if (run.wake_control && !own_waker) {
-    control.emplace(transport::ProgressOptions{true, run.progress.interval});
+  if (run.wake_control) {
+    control.emplace(transport::ProgressOptions{true, run.wake_interval});
     idle = control->drive(std::make_unique<IdleRequest>());
   }
   const std::int64_t H = cfg.hidden_size, P = run.prompt_len, B = batch;
@@ -169,7 +189,7 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
   pt.batch = batch;
   pt.prompt_len = run.prompt_len;
   pt.gen_len = run.gen_len;
-  std::vector<double> pre_t, dec_t;
+  std::vector<double> pre_t, dec_t, cpu_t[4];
   for (int r = 0; r < run.warmup + run.repeats; ++r) {
     world.barrier(Deadline::after(run.deadline));
     double t0 = now_seconds();
@@ -179,6 +199,7 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
 
     std::vector<std::int32_t> toks(static_cast<std::size_t>(batch));
     std::vector<std::int64_t> pos(static_cast<std::size_t>(batch), P);
+    const CpuSample c0 = CpuSample::now();
     t0 = now_seconds();
     for (int k = 0; k < run.gen_len; ++k) {
       for (int b = 0; b < batch; ++b) toks[static_cast<std::size_t>(b)] = token_id(b, run.prompt_len + k, cfg.vocab_size);
@@ -187,17 +208,28 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
       for (auto& p : pos) ++p;
     }
     double td = (now_seconds() - t0) / run.gen_len;
+    const CpuSample c1 = CpuSample::now();
     pt.all_reduces_decode = runner.all_reduces();
     // The slowest rank sets the step time (with stages: the one that finishes last).
     tp = world.max(tp, Deadline::after(run.deadline));
     td = world.max(td, Deadline::after(run.deadline));
+    const double steps = run.gen_len;
+    const double cpu[4] = {world.max((c1.thread_s - c0.thread_s) / steps, Deadline::after(run.deadline)),
+                           world.max((c1.process_s - c0.process_s) / steps, Deadline::after(run.deadline)),
+                           world.max((c1.vol - c0.vol) / steps, Deadline::after(run.deadline)),
+                           world.max((c1.invol - c0.invol) / steps, Deadline::after(run.deadline))};
     if (r >= run.warmup) {
       pre_t.push_back(tp);
       dec_t.push_back(td);
+      for (int i = 0; i < 4; ++i) cpu_t[i].push_back(cpu[i]);
     }
   }
   pt.prefill_s = median(pre_t);
   pt.decode_s = median(dec_t);
+  pt.decode_thread_cpu_s = median(cpu_t[0]);
+  pt.decode_process_cpu_s = median(cpu_t[1]);
+  pt.decode_vol_switches = median(cpu_t[2]);
+  pt.decode_invol_switches = median(cpu_t[3]);
   // All-reduces per forward over the whole pipeline: the sum of every stage's count.
   const std::int32_t counts[2] = {place.tp_rank == 0 ? pt.all_reduces_prefill : 0,
                                   place.tp_rank == 0 ? pt.all_reduces_decode : 0};
@@ -220,18 +252,24 @@ std::vector<StudyPoint> measure_interleaved(LlamaModel& model, const std::vector
   for (int w = 0; w < run.warmup; ++w)
     for (const auto& spec : specs) measure_variant(model, spec, batch, once, world);
   std::vector<StudyPoint> points;
-  std::vector<std::vector<double>> pre(specs.size()), dec(specs.size());
+  std::vector<std::vector<double>> pre(specs.size()), dec(specs.size()), cpu(specs.size() * 4);
   for (int r = 0; r < run.repeats; ++r) {
     for (std::size_t i = 0; i < specs.size(); ++i) {
       StudyPoint p = measure_variant(model, specs[i], batch, once, world);
       pre[i].push_back(p.prefill_s);
       dec[i].push_back(p.decode_s);
+      const double c[4] = {p.decode_thread_cpu_s, p.decode_process_cpu_s, p.decode_vol_switches, p.decode_invol_switches};
+      for (int k = 0; k < 4; ++k) cpu[i * 4 + k].push_back(c[k]);
       if (r == 0) points.push_back(p);
     }
   }
   for (std::size_t i = 0; i < specs.size(); ++i) {
     points[i].prefill_s = median(pre[i]);
     points[i].decode_s = median(dec[i]);
+    points[i].decode_thread_cpu_s = median(cpu[i * 4]);
+    points[i].decode_process_cpu_s = median(cpu[i * 4 + 1]);
+    points[i].decode_vol_switches = median(cpu[i * 4 + 2]);
+    points[i].decode_invol_switches = median(cpu[i * 4 + 3]);
   }
   return points;
 }
@@ -274,20 +312,24 @@ std::string format_study_tables(const std::vector<StudyPoint>& points, const std
       if (p.batch == b) any = &p;
     o << fmt::format("\nbatch {}: prefill {} x {} tokens, then {} decode steps (median of repeats, slowest rank)\n", b, b,
                      any->prompt_len, any->gen_len);
-    o << fmt::format("  {:<9} {:<7} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8}  {}\n", "variant", "layers", "prefill ms",
-                     "decode ms", "tokens/s", "speedup", "pf share", "dc share", "ARs/step", "");
+    o << fmt::format("  {:<9} {:<7} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6}  {}\n", "variant",
+                     "layers", "prefill ms", "decode ms", "tokens/s", "speedup", "pf share", "dc share", "ARs/step",
+                     "thr cpu", "proc cpu", "vcsw", "ivcsw", "");
     for (const auto& p : points) {
       if (p.batch != b) continue;
-      o << fmt::format("  {:<9} {:<7} {:>11.3f} {:>10.3f} {:>10.1f} {:>9} {:>8} {:>8} {:>8}  {}\n", p.variant, p.layers,
-                       1e3 * p.prefill_s, 1e3 * p.decode_s, p.tokens_per_s,
+      o << fmt::format("  {:<9} {:<7} {:>11.3f} {:>10.3f} {:>10.1f} {:>9} {:>8} {:>8} {:>8} {:>8.3f} {:>8.3f} {:>6.1f} {:>6.1f}  {}\n",
+                       p.variant, p.layers, 1e3 * p.prefill_s, 1e3 * p.decode_s, p.tokens_per_s,
                        std::isnan(p.speedup_pct) ? "n/a" : fmt::format("{:+.1f}%", p.speedup_pct),
                        share_text(p.prefill_bound_share), share_text(p.decode_bound_share), p.all_reduces_decode,
-                       p.exact ? "" : std::string("(") + kNoCommLabel + ")");
+                       1e3 * p.decode_thread_cpu_s, 1e3 * p.decode_process_cpu_s, p.decode_vol_switches,
+                       p.decode_invol_switches, p.exact ? "" : std::string("(") + kNoCommLabel + ")");
     }
   }
   o << "\ntokens/s = batch x decode steps / (prefill + decode steps x decode step); speedup: tokens/s over standard;\n"
        "pf/dc share: share of the no-communication bound reached, (t_standard - t_variant) / (t_standard - t_nocomm),\n"
-       "for prefill and decode latency; ARs/step: TP all-reduces per decode forward. nocomm: "
+       "for prefill and decode latency; ARs/step: TP all-reduces per decode forward; per decode step (largest rank):\n"
+       "thr cpu / proc cpu: ms of CPU time of the compute thread / the whole process, vcsw / ivcsw: the compute\n"
+       "thread's voluntary / involuntary context switches. nocomm: "
     << kNoCommLabel << ".\n";
   return o.str();
 }
@@ -295,12 +337,15 @@ std::string format_study_tables(const std::vector<StudyPoint>& points, const std
 std::string format_study_csv(const std::vector<StudyPoint>& points) {
   std::ostringstream o;
   o << "variant,layers,batch,prompt_len,gen_len,prefill_ms,decode_ms,tokens_per_s,decode_tokens_per_s,speedup_pct,"
-       "prefill_bound_share,decode_bound_share,all_reduces_prefill,all_reduces_decode,exact,note\n";
+       "prefill_bound_share,decode_bound_share,all_reduces_prefill,all_reduces_decode,decode_thread_cpu_ms,"
+       "decode_process_cpu_ms,decode_vol_switches,decode_invol_switches,exact,note\n";
   for (const auto& p : points)
-    o << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", p.variant, p.layers, p.batch, p.prompt_len,
-                     p.gen_len, csv_num(1e3 * p.prefill_s), csv_num(1e3 * p.decode_s), csv_num(p.tokens_per_s),
-                     csv_num(p.decode_tokens_per_s), csv_num(p.speedup_pct), csv_num(p.prefill_bound_share),
-                     csv_num(p.decode_bound_share), p.all_reduces_prefill, p.all_reduces_decode, p.exact ? 1 : 0,
+    o << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", p.variant, p.layers, p.batch,
+                     p.prompt_len, p.gen_len, csv_num(1e3 * p.prefill_s), csv_num(1e3 * p.decode_s),
+                     csv_num(p.tokens_per_s), csv_num(p.decode_tokens_per_s), csv_num(p.speedup_pct),
+                     csv_num(p.prefill_bound_share), csv_num(p.decode_bound_share), p.all_reduces_prefill,
+                     p.all_reduces_decode, csv_num(1e3 * p.decode_thread_cpu_s), csv_num(1e3 * p.decode_process_cpu_s),
+                     csv_num(p.decode_vol_switches), csv_num(p.decode_invol_switches), p.exact ? 1 : 0,
                      p.exact ? "" : fmt::format("\"{}\"", kNoCommLabel));  // the label has a comma
   return o.str();
 }

@@ -31,8 +31,8 @@ import csv, math, sys, xml.etree.ElementTree as ET
 rows = list(csv.DictReader(open(sys.argv[1])))
 assert len(rows) == 14, f"{len(rows)} CSV rows, want 14"
 for r in rows:
-    assert len(r) == 16 and None not in r, f"ragged row {r}"
-    for k in ("prefill_ms", "decode_ms", "tokens_per_s"):
+    assert len(r) == 20 and None not in r, f"ragged row {r}"
+    for k in ("prefill_ms", "decode_ms", "tokens_per_s", "decode_thread_cpu_ms", "decode_process_cpu_ms"):
         v = float(r[k]); assert v > 0 and math.isfinite(v), f"{k}={v} in {r}"
     assert (r["note"] == "upper bound, outputs wrong") == (r["variant"] == "nocomm"), r
     assert (r["exact"] == "0") == (r["variant"] == "nocomm"), r
@@ -57,8 +57,9 @@ PYEOF
 out=$(run -np 4 "$T" study variants --preset tiny --tp 2 --pp 2 --batch 1,2 --prompt-len 4 --gen-len 2 --repeats 1 \
         --warmup 0 --csv "$work/pp.csv" 2>&1); rc=$?
 if [ $rc = 0 ] && grep -q "pp=2" <<<"$out"; then ok "tp=2 x pp=2 ran"; else bad "tp=2 x pp=2 (rc=$rc)"; fi
-if [ "$(grep -E '^  standard ' <<<"$out" | awk '{print $NF}' | sort -u)" = 8 ] &&
-   [ "$(grep -E '^  parallel ' <<<"$out" | awk '{print $NF}' | sort -u)" = 4 ] &&
+# Column 9 is ARs/step (the per-step CPU columns follow it).
+if [ "$(grep -E '^  standard ' <<<"$out" | awk '{print $9}' | sort -u)" = 8 ] &&
+   [ "$(grep -E '^  parallel ' <<<"$out" | awk '{print $9}' | sort -u)" = 4 ] &&
    [ "$(grep -cE '^  (standard|parallel|ladder|desync2|desync4|lp|nocomm) ' <<<"$out")" = 14 ]; then
   ok "pp=2: every variant at every batch, all-reduces summed over the stages"
 else bad "pp=2 table"; fi
@@ -66,10 +67,16 @@ out=$(run -np 2 "$T" study variants --preset tiny --tp 1 --pp 2 --batch 2 --prom
         --warmup 0 --variants standard,ladder 2>&1); rc=$?
 if [ $rc = 0 ] && [ "$(grep -cE '^  (standard|ladder|nocomm) ' <<<"$out")" = 3 ]; then ok "tp=1 x pp=2 ran"; else bad "tp=1 x pp=2 (rc=$rc)"; fi
 out=$(run -np 2 "$T" --set comm.progress_interval_us=50 study variants --preset tiny --tp 2 --batch 2 --prompt-len 4 \
-        --gen-len 2 --repeats 1 --warmup 0 --variants ladder --wake-control 2>&1); rc=$?
-if [ $rc = 0 ] && grep -q "progress thread on (50 us), wake control on every variant" <<<"$out" &&
+        --gen-len 2 --repeats 1 --warmup 0 --variants ladder --wake-control --wake-interval-us 300 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "progress thread on (50 us), wake control (300 us) on every variant" <<<"$out" &&
    [ "$(grep -cE '^  (standard|ladder|nocomm) ' <<<"$out")" = 3 ]; then ok "--wake-control runs and is named"
 else bad "--wake-control (rc=$rc)"; fi
+# The compute thread's and the process's CPU time per decode step (columns 10, 11) are
+# measured (positive; no order between them is checked: at these microsecond sizes the two
+# clocks' sampling overhead and the max over ranks blur it).
+if awk '/^  (standard|ladder|nocomm) / { if (!($10 > 0 && $11 > 0)) bad = 1; n++ } END { exit (bad || n != 3) }' <<<"$out"; then
+  ok "per-step CPU time columns filled"
+else bad "per-step CPU time columns"; fi
 out=$(run -np 2 "$T" study variants --preset tiny --tp 2 --pp 5 2>&1); rc=$?
 if [ $rc != 0 ] && [ $rc != 124 ] && grep -q "needs 10" <<<"$out"; then ok "--pp 5 on 2 ranks: clear error"; else bad "--pp 5 (rc=$rc)"; fi
 out=$(run -np 5 "$T" study variants --preset tiny --tp 1 --pp 5 2>&1); rc=$?

@@ -47,6 +47,8 @@ TEST(StudyFormat, NoCommLabelledEverywhere) {
   derive_study(ps);
   EXPECT_NE(format_study_tables(ps, "t").find("(upper bound, outputs wrong)"), std::string::npos);
   EXPECT_NE(format_study_csv(ps).find(",0,\"upper bound, outputs wrong\"\n"), std::string::npos);
+  EXPECT_NE(format_study_csv(ps).find(",decode_thread_cpu_ms,decode_process_cpu_ms,"), std::string::npos);
+  EXPECT_NE(format_study_tables(ps, "t").find("thr cpu"), std::string::npos);
   const std::string svg = format_study_svg(ps, "a <title> & more");
   EXPECT_NE(svg.find("nocomm (upper bound, outputs wrong)"), std::string::npos);
   EXPECT_NE(svg.find("a &lt;title&gt; &amp; more"), std::string::npos);

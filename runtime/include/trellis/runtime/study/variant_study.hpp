@@ -42,6 +42,14 @@ struct StudyPoint {
   double prefill_s = 0;  // median over repeats of the slowest rank's prefill
   double decode_s = 0;   // median over repeats of the slowest rank's mean decode step
   int all_reduces_prefill = 0, all_reduces_decode = 0;  // per forward, from the runner
+  // Where a decode step's wall time went (medians over repeats of the per-step mean, each
+  // the largest over ranks): CPU time of the calling (compute) thread and of the whole
+  // process (progress threads, kernel workers, MPI's threads included), and the calling
+  // thread's voluntary (it blocked or slept) and involuntary (it was preempted) context
+  // switches. wall - thread CPU is time the compute thread did not run: waiting on a peer,
+  // or runnable but without a core.
+  double decode_thread_cpu_s = 0, decode_process_cpu_s = 0;
+  double decode_vol_switches = 0, decode_invol_switches = 0;
   // Filled by derive_study():
   double tokens_per_s = 0;         // end to end: B * gen_len / (prefill + gen_len * decode)
   double decode_tokens_per_s = 0;  // B / decode_s
@@ -76,13 +84,17 @@ struct StudyRun {
   const CheckpointReader* reader = nullptr;
   LoadOptions load;
   StagePlace place;  // default: one stage holding the whole model
-  // Control for the progress thread's side effect on the OS scheduler: every variant runs
-  // beside a ProgressThread (with `progress`'s interval) that drives a request which never
-  // completes, i.e. a thread that wakes as often as ladder's does but moves nothing. On a
-  // machine whose cores are shared with other work, such a thread changes how much CPU the
-  // rank gets; with the control on, every variant gets the same treatment. Ladder with its
-  // progress thread enabled gets no second waker (its own thread is one).
+  // Control for the scheduler's treatment of a process with a periodically waking thread:
+  // every variant (ladder included) runs beside a ProgressThread with `wake_interval` that
+  // drives a request which never completes, i.e. a thread that wakes but moves nothing.
+  // Why (measured, docs/variants.md): on a machine whose cores are shared with other
+  // sessions' work, a rank whose process has a waking thread (ladder's progress thread)
+  // takes its core back from other tasks at each wake, where a rank without one loses it for
+  // whole time slices (and its caches with it); that alone made ladder look faster than
+  // nocomm. A coarse interval (1 ms) gives every variant that protection at a negligible
+  // cost; a fine one (20 us) costs the compute thread ~15% of its core.
   bool wake_control = false;
+  std::chrono::microseconds wake_interval{1000};
 };
 
 // Times one variant at one batch size. `model` must hold run.place's layers (the whole model
