@@ -4,16 +4,20 @@
 #   sim/scripts/plan_validate.sh BUILD_DIR [OUT_DIR]
 #
 # 1. calibrates (each step its own short locked chunk):
-#    * `trellis bench comm` (links and all-reduces -> calibration.json);
-#    * `trellis bench kernels --preset $PRESET --json` with 1 and with all kernel threads:
-#      the measured linear-layer rates by rows M and thread count (the "compute.matmul"
-#      curve the CPU model reads, docs/planner.md departure 11) and the host's GEMM FLOP/s
-#      and GEMV bandwidth;
+#    * `trellis bench comm` (links and all-reduces with their samples -> calibration.json);
+#    * COMPUTE_CAL=forward (default): `trellis bench model --batches` on the preset's own
+#      checkpoint (f32) and on a checkpoint of one TP=2 rank's shard shapes (half the heads,
+#      KV heads, MLP width and vocabulary), with 1 and with all kernel threads: prefill and
+#      decode of the whole forward at the batch sizes the sweep's microbatches have, turned
+#      into linear-layer rates with their TP shard and the attention context they include
+#      ("compute.matmul", departures 11 and 14);
+#      COMPUTE_CAL=kernels: the previous round's `trellis bench kernels` curve instead;
 #    * `trellis run --preset tiny` at 1x1, batch 1 and 16: the engine's own cost per
 #      iteration (fixed + per sequence) with a model whose compute is negligible
 #      ("runtime" section, departure 12);
 # 2. runs `trellis run` over p x t in {1x1, 1x2, 2x1, 2x2}, batch in $BATCHES, variants in
-#    $VARIANTS, $REPS times interleaved (the median is kept), in one host, and (HOSTS2=1,
+#    $VARIANTS, $REPS times interleaved (each repetition runs the whole grid in a shuffled
+#    order after one discarded warm-up run; the median is kept), in one host, and (HOSTS2=1,
 #    root, scripts/cluster) across two emulated hosts joined by a link rate-limited to
 #    $RATE; every run is one wave (n = batch = max-seqs); the engine splits a batch into
 #    min(p, batch) microbatch groups, which the measurement records;
@@ -22,7 +26,9 @@
 #
 # Timing holds /tmp/trellis-bench.lock in short chunks (each calibration step; one
 # repetition of a sweep, 1-2 minutes), released in between so other sessions can measure;
-# `uptime` at the start of each chunk goes to load.txt.
+# `uptime` at the start of each chunk goes to load.txt, and each run records the share of
+# the machine's CPU time that other processes took while it ran (/proc/stat busy time minus
+# this script's children's CPU time), so noisy repetitions can be told from quiet ones.
 #
 # Environment: PRESET (synthetic model, default small), PROMPT (64), GEN (64), BATCHES
 # ("1 4 16"), VARIANTS ("standard parallel ladder"), REPS (3), RATE (200mbit), HOSTS2 (0),
@@ -30,7 +36,9 @@
 # all-reduces, redo the rest), SKIP_SWEEP (1: only re-predict), INHOST (0: skip the in-host
 # rows), APPEND (1: add to OUT_DIR/rows.jsonl instead of starting it again),
 # KERNEL_THREADS (kernel threads per rank in the sweep, setting kernels.threads; default
-# all cores, as `trellis run` does).
+# all cores, as `trellis run` does), PIN (1: mpirun --bind-to core, each rank on its own
+# core, ranks beyond the cores overload them; in-host only), COMPUTE_CAL (forward|kernels),
+# SHUFFLE_SEED (the order of each repetition's grid; default 1).
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR [OUT_DIR]}
 OUT=${2:-$(mktemp -d)}
@@ -42,6 +50,12 @@ PRESET=${PRESET:-small} PROMPT=${PROMPT:-64} GEN=${GEN:-64} REPS=${REPS:-3}
 BATCHES=${BATCHES:-"1 4 16"} VARIANTS=${VARIANTS:-"standard parallel ladder"} RATE=${RATE:-200mbit}
 HOSTS2=${HOSTS2:-0} SKIP_CALIBRATION=${SKIP_CALIBRATION:-0} SKIP_SWEEP=${SKIP_SWEEP:-0}
 RATE_G=${RATE_G:-0.2}  # the same rate in Gbit/s, for the synthetic spec of the two emulated hosts
+COMPUTE_CAL=${COMPUTE_CAL:-forward} PIN=${PIN:-0} SHUFFLE_SEED=${SHUFFLE_SEED:-1}
+# Every timed command runs at this niceness (default -10 as root): other sessions build at
+# nice 10, so under CFS a timed rank then gets ~99% of a core it shares with a compiler
+# instead of ~80% at nice 0. The lock already keeps other measurements away.
+NICE=${NICE:-$([ "$(id -u)" = 0 ] && echo -10 || echo 0)}
+PRI=(nice -n "$NICE")
 CORES=$(nproc)
 KERNEL_THREADS=${KERNEL_THREADS:-$CORES}
 PY=/usr/bin/python3
@@ -58,30 +72,108 @@ load() { echo "$(date -u +%H:%M:%S) $1: $(uptime | sed 's/.*load/load/')" >>"$OU
 # 1. calibration
 if [ "$SKIP_CALIBRATION" != 1 ]; then
   load "calibration start"
-  [ "${SKIP_COMM:-0}" = 1 ] || flock "$LOCK" "$MPI" -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration.json" \
+  [ "${SKIP_COMM:-0}" = 1 ] || flock "$LOCK" "${PRI[@]}" "$MPI" -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration.json" \
     --no-peers >"$OUT/bench_comm.txt"
   rm -f "$OUT/tiny.txt"
+  if [ "$COMPUTE_CAL" = forward ]; then
+    # The preset's own shapes, and one TP=2 rank's shard of them (vocab-parallel LM head).
+    "$PY" - "$OUT/model/config.json" >"$OUT/shard_args.txt" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+print(f"--layers {c['num_hidden_layers']} --hidden {c['hidden_size']} --heads {c['num_attention_heads'] // 2} "
+      f"--kv-heads {max(1, c['num_key_value_heads'] // 2)} --head-dim {hd} --intermediate {c['intermediate_size'] // 2} "
+      f"--vocab {c['vocab_size'] // 2} --tie {1 if c.get('tie_word_embeddings') else 0}")
+PY
+    [ -f "$OUT/ckpt_tp1/config.json" ] || "$TRELLIS" make-model --preset "$PRESET" --dtype f32 --out "$OUT/ckpt_tp1" >/dev/null
+    # shellcheck disable=SC2046
+    [ -f "$OUT/ckpt_tp2/config.json" ] || "$TRELLIS" make-model --preset "$PRESET" --dtype f32 $(cat "$OUT/shard_args.txt") \
+      --out "$OUT/ckpt_tp2" >/dev/null
+    # Rows the sweep's microbatches have: decode B/m sequences, prefill B/m x PROMPT tokens.
+    fb=$("$PY" -c "import sys; b=sorted({-(-x//m) for x in map(int, sys.argv[1].split()) for m in (1, 2)}); print(','.join(map(str, b)))" "$BATCHES")
+    rm -f "$OUT"/forward_tp*.json
+    fwd() {  # fwd TP THREADS COPIES: COPIES instances of the forward at once (departure 15)
+      local i
+      for i in $(seq "$3"); do
+        "$TRELLIS" --set "kernels.threads=$2" bench model --model "$OUT/ckpt_tp$1" --weights f32 --no-torch \
+          --prompt "$PROMPT" --steps "$GEN" --batches "$fb" --batch-reps 3 --triad-size 64MiB --json \
+          >"$OUT/forward_tp$1_t$2_c$3_i$i.json" &
+      done
+      wait
+    }
+    for kt in 1 "$CORES"; do
+      for tp in 1 2; do flock "$LOCK" "${PRI[@]}" bash -c "$(declare -f fwd); OUT='$OUT' TRELLIS='$TRELLIS' PROMPT=$PROMPT GEN=$GEN fb=$fb fwd $tp $kt 1"; done
+    done
+    # The ranks a layout keeps busy at once: 2x1 with two microbatches (2 x the tp=1 shapes),
+    # 1x2 and 2x2 with one (2 x the tp=2 shard), 2x2 with two (4 x the tp=2 shard).
+    for tc in 1:2 2:2 2:4; do
+      flock "$LOCK" "${PRI[@]}" bash -c "$(declare -f fwd); OUT='$OUT' TRELLIS='$TRELLIS' PROMPT=$PROMPT GEN=$GEN fb=$fb fwd ${tc%:*} $KERNEL_THREADS ${tc#*:}"
+    done
+  fi
   # Rows M <= 8 take the GEMV path, whose benchmark streams the weights from memory as a
   # model's layers do (rotated copies): measured at the preset's own shapes. Rows > 8 take
   # the packed GEMM, whose benchmark reuses one weight matrix (cache-resident at the small
   # preset's sizes, 1-3 MiB, unlike a whole model's 118 MiB): measured on the MLP shapes of
   # llama-1b (64 MiB each in f32, larger than the 32 MiB L3), which stream like the model.
-  for kt in 1 "$CORES"; do
-    TRELLIS_KERNEL_THREADS=$kt flock "$LOCK" "$TRELLIS" bench kernels --preset "$PRESET" --shapes qkv,o,gate/up,down \
+  for kt in $([ "$COMPUTE_CAL" = kernels ] && echo 1 "$CORES"); do
+    TRELLIS_KERNEL_THREADS=$kt flock "$LOCK" "${PRI[@]}" "$TRELLIS" bench kernels --preset "$PRESET" --shapes qkv,o,gate/up,down \
       --tokens 256 --batch 8 --reps 5 --json >"$OUT/kernels_t$kt.json"
-    TRELLIS_KERNEL_THREADS=$kt flock "$LOCK" "$TRELLIS" bench kernels --preset llama-1b --shapes gate/up,down \
+    TRELLIS_KERNEL_THREADS=$kt flock "$LOCK" "${PRI[@]}" "$TRELLIS" bench kernels --preset llama-1b --shapes gate/up,down \
       --tokens 16,64,256,1024 --batch 2 --reps 3 --json >"$OUT/kernels_gemm_t$kt.json"
   done
   # The engine's own cost: the tiny preset (hidden 64) at 1x1, where compute is negligible.
   for b in 1 16 1 16 1 16; do
-    flock "$LOCK" "$TRELLIS" run --preset tiny --workload "n=$b,in=$PROMPT,out=$GEN,seed=1" --max-seqs "$b" --json \
+    flock "$LOCK" "${PRI[@]}" "$TRELLIS" run --preset tiny --workload "n=$b,in=$PROMPT,out=$GEN,seed=1" --max-seqs "$b" --json \
       >"$OUT/tiny_b$b.json.tmp" 2>/dev/null
     "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print($b, r['tpot']['mean_s'])" "$OUT/tiny_b$b.json.tmp" \
       >>"$OUT/tiny.txt"
   done
   load "calibration end"
 fi
-if [ -f "$OUT/kernels_gemm_t1.json" ]; then
+if [ "$COMPUTE_CAL" = forward ] && [ -f "$OUT/forward_tp1_t1_c1_i1.json" ]; then
+  "$PY" - "$OUT" "$CORES" "$KERNEL_THREADS" "$PROMPT" <<'PY'
+import json, re, statistics, sys, glob
+out, cores, threads, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+cal = json.load(open(f"{out}/calibration.json"))
+def linear_params(c):
+    # Every matrix the forward multiplies: q, k, v, o, gate, up, down per layer and the LM head.
+    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    h, q, kv = c["hidden_size"], c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    return c["num_hidden_layers"] * (h * (q + 2 * kv) + q * h + 3 * h * c["intermediate_size"]) + c["vocab_size"] * h
+points, flops, triad = [], [], []
+runs = {}  # (tp, threads, copies) -> the copies' JSON
+for path in sorted(glob.glob(f"{out}/forward_tp*_t*_c*_i*.json")):
+    tp, t, c = (int(x) for x in re.match(r".*forward_tp(\d+)_t(\d+)_c(\d+)_i", path).groups())
+    runs.setdefault((tp, t, c), []).append(json.load(open(path)))
+for (tp, t, copies), fs in sorted(runs.items()):
+    params = linear_params(json.load(open(f"{out}/ckpt_tp{tp}/config.json")))
+    if copies == 1: triad.append(fs[0]["triad_GBps_median"] * 1e9)
+    for k, b in enumerate(fs[0]["batches"]):
+        # One copy's time: the median over the copies that ran at once.
+        step = statistics.median(f["batches"][k]["decode_step_s"] for f in fs)
+        pre = statistics.median(f["batches"][k]["prefill_s"] for f in fs)
+        # Decode: B rows, attention over the mean context of the timed steps.
+        points.append({"threads": t, "rows": b["batch"], "params_per_s": params / step, "tp": tp,
+                       "context": b["decode_context_mean"], "concurrent": copies})
+        # Prefill: B x PROMPT rows, causal attention over PROMPT/2 positions on average.
+        points.append({"threads": t, "rows": b["prefill_tokens"], "params_per_s": params / pre, "tp": tp,
+                       "context": prompt / 2, "concurrent": copies})
+        if t == cores and copies == 1: flops.append(2 * b["prefill_tokens"] * params / pre)
+cal["compute"] = {"device": "cpu", "flops": max(flops), "memory_bandwidth": statistics.median(triad),
+                  "cores": cores, "threads_per_rank": threads, "matmul": points,
+                  "source": "trellis bench model --batches: the whole forward (f32) at the preset's shapes and one "
+                            "TP=2 rank's shard, 1 and all kernel threads; flops = the fastest prefill, "
+                            "memory_bandwidth = STREAM triad"}
+tiny = {}
+for line in open(f"{out}/tiny.txt"):
+    b, s = line.split(); tiny.setdefault(int(b), []).append(float(s))
+t1, t16 = statistics.median(tiny[1]), statistics.median(tiny[16])
+per_seq = max(0.0, (t16 - t1) / 15)
+cal["runtime"] = {"step_overhead_us": (t1 - per_seq) * 1e6, "step_overhead_per_seq_us": per_seq * 1e6,
+                  "source": "trellis run --preset tiny 1x1, median TPOT at batch 1 and 16"}
+json.dump(cal, open(f"{out}/calibration.json", "w"), indent=2)
+PY
+elif [ -f "$OUT/kernels_gemm_t1.json" ]; then
   "$PY" - "$OUT" "$CORES" "$KERNEL_THREADS" <<'PY'
 import json, statistics, sys, glob
 out, cores, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -131,24 +223,40 @@ fi
 
 # 2. the sweep
 rows="$OUT/rows.jsonl"
+# CPU seconds of the whole machine (busy jiffies / USER_HZ) and of this shell's children.
+machine_cpu() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{print ($2+$3+$4+$7+$8+$9)/hz}' /proc/stat; }
+# `times` runs in this shell (not a $(...) subshell, whose children start from zero).
+children_cpu() { tail -1 "$OUT/times.txt" | awk '{n=0; for(i=1;i<=2;i++){split($i,a,/[ms]/); n+=a[1]*60+a[2]} print n}'; }
 run_one() {  # run_one P T BATCH VARIANT CLUSTER_SPEC LAUNCHER...
   local p=$1 t=$2 b=$3 v=$4 spec=$5
   shift 5
   local vflag=()
   [ "$v" != standard ] && vflag=(--variant "$v")
-  if ! "$@" -np $((p * t)) "$TRELLIS" --set "kernels.threads=$KERNEL_THREADS" run --preset "$PRESET" --pp "$p" --tp "$t" "${vflag[@]}" \
+  local m0 c0 w0 m1 c1 w1
+  times >"$OUT/times.txt"
+  m0=$(machine_cpu) c0=$(children_cpu) w0=$(date +%s.%N)
+  if ! "${PRI[@]}" "$@" -np $((p * t)) "$TRELLIS" --set "kernels.threads=$KERNEL_THREADS" run --preset "$PRESET" --pp "$p" --tp "$t" "${vflag[@]}" \
       --workload "n=$b,in=$PROMPT,out=$GEN,seed=1" --max-seqs "$b" --json >"$OUT/run.json" 2>"$OUT/run.err"; then
     echo "skip p=$p t=$t batch $b $v: $(tail -1 "$OUT/run.err")" >&2
     return 0
   fi
-  "$PY" - "$OUT/run.json" "$p" "$t" "$b" "$v" "$spec" "$PROMPT" "$GEN" "$CORES" >>"$rows" <<'PY'
+  times >"$OUT/times.txt"
+  m1=$(machine_cpu) c1=$(children_cpu) w1=$(date +%s.%N)
+  [ "${WARMUP_RUN:-0}" = 1 ] && return 0  # the warm-up run of a lock hold is not recorded
+  "$PY" - "$OUT/run.json" "$p" "$t" "$b" "$v" "$spec" "$PROMPT" "$GEN" "$CORES" "$m0" "$m1" "$c0" "$c1" "$w0" "$w1" \
+    "$REP" "$PIN" >>"$rows" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1])); p, t, b, v, spec, pl, gl, cores = sys.argv[2:]
+r = json.load(open(sys.argv[1])); p, t, b, v, spec, pl, gl, cores = sys.argv[2:10]
+m0, m1, c0, c1, w0, w1 = map(float, sys.argv[10:16])
 p, t, b = int(p), int(t), int(b)
 groups = -(-b // -(-b // p))  # the engine's groups hold ceil(b/p) sequences each
+# Share of the machine's CPU that processes other than this run took while it ran.
+others = max(0.0, (m1 - m0) - (c1 - c0)) / ((w1 - w0) * int(cores))
 row = {"pp": p, "tp": t, "batch": b, "variant": v, "microbatches": groups, "prompt_len": int(pl),
        "gen_len": int(gl), "tokens_per_s": r["throughput_tokens_per_s"], "tpot_ms": r["tpot"]["mean_s"] * 1e3,
-       "layout": r["layout"]}
+       "layout": r["layout"], "rep": int(sys.argv[16]), "others_cpu_share": round(others, 4),
+       "wall_s": round(w1 - w0, 3), "load1": float(open("/proc/loadavg").read().split()[0]),
+       "pinned": sys.argv[17] == "1"}
 if spec:
     row["cluster"] = spec
     row["ranks_per_host"] = max(1, p * t // 2)
@@ -156,22 +264,29 @@ if spec:
 print(json.dumps(row))
 PY
 }
+# The grid of one repetition in a shuffled order (seeded by the repetition): a layout is not
+# always measured right after the same neighbour or at the same point of the lock hold.
+grid() {  # grid LAYOUTS REP
+  "$PY" - "$1" "$BATCHES" "$VARIANTS" "$SHUFFLE_SEED" "$2" <<'PY'
+import random, sys
+layouts, batches, variants, seed, rep = sys.argv[1].split(), sys.argv[2].split(), sys.argv[3].split(), sys.argv[4], sys.argv[5]
+cells = [(l, b, v) for l in layouts for b in batches for v in variants if not (l.endswith("x1") and v != "standard")]
+random.Random(f"{seed}-{rep}").shuffle(cells)
+for l, b, v in cells: print(l, b, v)
+PY
+}
 sweep() {  # sweep CLUSTER_SPEC LAYOUTS LAUNCHER...
   local spec=$1 layouts=$2
   shift 2
-  for rep in $(seq "$REPS"); do
+  for rep in $(seq "${REP_FIRST:-1}" "$REPS"); do
     flock 9  # one repetition (~1-2 min) per hold of the lock
     load "$spec rep $rep"
     [ -z "$spec" ] || cluster_up
-    for layout in $layouts; do
-      local p=${layout%x*} t=${layout#*x}
-      for b in $BATCHES; do
-        for v in $VARIANTS; do
-          [ "$t" = 1 ] && [ "$v" != standard ] && continue
-          run_one "$p" "$t" "$b" "$v" "$spec" "$@"
-        done
-      done
-    done
+    REP=$rep
+    WARMUP_RUN=1 run_one 1 2 1 standard "$spec" "$@"  # page cache, MPI start-up paths, CPU clocks
+    while read -r layout b v; do
+      run_one "${layout%x*}" "${layout#*x}" "$b" "$v" "$spec" "$@"
+    done < <(grid "$layouts" "$rep")
     [ -z "$spec" ] || "$HERE/scripts/cluster" down >/dev/null
     flock -u 9
   done
@@ -182,14 +297,22 @@ cluster_up() { "$HERE/scripts/cluster" up 2 --rate "$RATE" >/dev/null; }
 exec 9>>"$LOCK"
 if [ "$SKIP_SWEEP" != 1 ]; then
   [ "${APPEND:-0}" = 1 ] || : >"$rows"
-  [ "${INHOST:-1}" = 0 ] || sweep "" "1x1 1x2 2x1 2x2" "$MPI"
+  if [ "$PIN" = 1 ]; then
+    # Each rank bound to one core (ranks beyond the cores overload them), kernel threads inside it.
+    root=(); [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
+    INHOST_LAUNCH=(mpirun "${root[@]}" --oversubscribe --bind-to core:overload-allowed --map-by core \
+      --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none)
+  else
+    INHOST_LAUNCH=("$MPI")
+  fi
+  [ "${INHOST:-1}" = 0 ] || sweep "" "1x1 1x2 2x1 2x2" "${INHOST_LAUNCH[@]}"
   if [ "$HOSTS2" = 1 ]; then
     spec="hosts=2,sockets=1,nics=1x${RATE_G}g-eth"
     # The cross-host link (tcp through the shaped veth) is calibrated across the two hosts
     # and merged into the in-host calibration.
     flock 9
     cluster_up
-    "$HERE/scripts/cluster" mpirun --map-by node -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration2.json" \
+    "${PRI[@]}" "$HERE/scripts/cluster" mpirun --map-by node -np 4 "$TRELLIS" bench comm --calibration "$OUT/calibration2.json" \
       --no-peers --sections p2p,allreduce --max-size 4MiB --iters 20 >"$OUT/bench_comm2.txt" \
       || echo "cross-host bench comm failed" >&2  # (64 MiB points over a shaped link outlast its deadlines)
     "$HERE/scripts/cluster" down >/dev/null
@@ -225,6 +348,8 @@ for key, rs in groups.items():
     row["repetitions"] = len(rs)
     row["tokens_per_s_reps"] = [x["tokens_per_s"] for x in rs]
     row["tpot_ms_reps"] = [x["tpot_ms"] for x in rs]
+    row["others_cpu_share_reps"] = [x.get("others_cpu_share") for x in rs]
+    for k in ("rep", "others_cpu_share", "wall_s", "load1"): row.pop(k, None)
     runs.append(row)
 json.dump({"schema": "trellis.measurements.v1", "runs": runs}, open(sys.argv[2], "w"), indent=2)
 PY
