@@ -115,6 +115,7 @@ std::vector<MatmulPoint> read_matmul(const Reader& r, const json& a) {
     m.params_per_s = r.num(a[i], "params_per_s", p);
     if (a[i].contains("tp")) m.tp = static_cast<int>(r.num(a[i], "tp", p));
     if (a[i].contains("context")) m.context = r.num(a[i], "context", p, false);
+    if (a[i].contains("concurrent")) m.concurrent = static_cast<int>(r.num(a[i], "concurrent", p));
     out.push_back(m);
   }
   return out;

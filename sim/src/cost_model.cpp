@@ -62,10 +62,17 @@ Roof cpu_roof(const ModelInputs& in, double params, double rows, double flops, d
   const double cap = c.threads_per_rank > 0 ? std::min<double>(c.threads_per_rank, c.cores) : c.cores;
   const double cores = std::min(c.cores / k, cap);
   const double share = cores / c.cores;
-  // The k busy ranks stream their weights through one memory system: together no faster
-  // than the host's measured bandwidth, however fast each one's curve alone would be.
-  const double linear = std::max(params * cpu_seconds_per_param(c, rows, cores, in.layout.t),
-                                 k * params * in.work.weight_bytes / c.host_memory_bandwidth);
+  double linear = 0;
+  if (k > 1 && cpu_has_concurrent_curve(c, in.layout.t, k)) {
+    // Measured with k copies at once (departure 15): each rank runs its own kernel threads
+    // and the contention for cores and memory is in the rate.
+    linear = params * cpu_seconds_per_param(c, rows, cap, in.layout.t, k);
+  } else {
+    // The k busy ranks stream their weights through one memory system: together no faster
+    // than the host's measured bandwidth, however fast each one's curve alone would be.
+    linear = std::max(params * cpu_seconds_per_param(c, rows, cores, in.layout.t),
+                      k * params * in.work.weight_bytes / c.host_memory_bandwidth);
+  }
   const double t = linear + std::max(flops / (c.host_flops * share), bytes / (c.host_memory_bandwidth * share));
   // Memory-bound when streaming the weights takes longer than their arithmetic would.
   const bool mem = params * in.work.weight_bytes / c.host_memory_bandwidth >= 2 * params * rows / c.host_flops;
@@ -264,12 +271,22 @@ int curve_tp(const std::vector<MatmulPoint>& pts, int t) {
 }
 }  // namespace
 
-double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores, int tp) {
+bool cpu_has_concurrent_curve(const CpuSharing& c, int tp, int concurrent) {
+  const int shard = curve_tp(c.matmul, tp);
+  for (const auto& p : c.matmul)
+    if (p.tp == shard && p.concurrent == concurrent) return true;
+  return false;
+}
+
+double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores, int tp, int concurrent) {
   if (c.matmul.empty()) throw_error(ErrorCode::kInvalidArgument, "CPU sharing model without measured matmul rates");
   const int shard = curve_tp(c.matmul, tp);
   std::vector<MatmulPoint> pts;
   for (const auto& p : c.matmul)
-    if (p.tp == shard) pts.push_back(p);
+    if (p.tp == shard && p.concurrent == concurrent) pts.push_back(p);
+  if (pts.empty())
+    throw_error(ErrorCode::kInvalidArgument, "no matmul rates measured for tp {} with {} concurrent copies", shard,
+                concurrent);
   int t_min = pts.front().threads, t_max = t_min, t_lo = 0, t_hi = 0;
   for (const auto& p : pts) {
     t_min = std::min(t_min, p.threads);
@@ -299,7 +316,7 @@ double cpu_curve_context(const CpuSharing& c, double rows, int tp) {
   const int shard = curve_tp(c.matmul, tp);
   const MatmulPoint* near = nullptr;
   for (const auto& p : c.matmul) {
-    if (p.tp != shard) continue;
+    if (p.tp != shard || p.concurrent != 1) continue;
     const double d = std::abs(std::log(p.rows / rows));
     if (!near || d < std::abs(std::log(near->rows / rows)) - 1e-12) near = &p;
   }

@@ -109,6 +109,13 @@ TEST(ForwardCurve, ContextIsThatOfTheNearestMeasuredRows) {
   EXPECT_DOUBLE_EQ(cpu_curve_context(kernels, 1, 1), 0);
 }
 
+// One TP=2 rank's linear parameters of a model: its half of every matrix and of the vocab.
+struct Shard2 {
+  double params;
+  explicit Shard2(const ModelSpec& m)
+      : params(m.layers * (m.layer_params() - 2.0 * m.hidden) / 2 + static_cast<double>(m.vocab) * m.hidden / 2) {}
+};
+
 struct ForwardOnCpu : ::testing::Test {
   ModelSpec model = load_model("llama-3.2-1b");
   ClusterView host = make_cluster_view(testing::gpu_cluster(1, 4), "cpu");
@@ -145,6 +152,25 @@ TEST_F(ForwardOnCpu, AttentionInsideTheMeasuredContextIsNotChargedTwice) {
   EXPECT_GT(predict(kernel_only).decode.compute - p.decode.compute, attn * 1056 / 960);
 }
 
+TEST_F(ForwardOnCpu, RanksBusyAtOnceReadTheRatesMeasuredWithAsManyCopies) {
+  // t=2, one microbatch: 2 ranks busy. Without points of 2 copies, each rank gets one core:
+  // the tp=2 rate at 2 threads (0.8e9) time-shared to 1 core: 2.5 ns per parameter.
+  ModelInputs in = at(2, 1, 64, 64);
+  const Shard2 s{model};
+  const Prediction shared = predict(in);
+  EXPECT_NEAR(shared.decode.compute, s.params * 2.5e-9, 1e-6 * s.params * 2.5e-9);
+  // 2 copies of the tp=2 shard measured at once, 2 threads each: 0.2e9 params/s per copy at
+  // M=1, so 5 ns per parameter, read as measured (no division of the cores on top)
+  in.cpu.matmul.push_back({2, 1, 0.2e9, 2, 96, 2});
+  in.cpu.matmul.push_back({2, 16, 0.1e9, 2, 96, 2});
+  EXPECT_TRUE(cpu_has_concurrent_curve(in.cpu, 2, 2));
+  EXPECT_FALSE(cpu_has_concurrent_curve(in.cpu, 2, 4));
+  EXPECT_FALSE(cpu_has_concurrent_curve(in.cpu, 1, 2));
+  const Prediction measured = predict(in);
+  EXPECT_NEAR(measured.decode.compute, s.params * 5e-9, 1e-6 * s.params * 5e-9);
+  EXPECT_THROW(cpu_seconds_per_param(in.cpu, 1, 2, 2, 3), Error);  // 3 copies were not measured
+}
+
 TEST(ForwardCurve, CalibrationReadsShardAndContext) {
   const Calibration c = Calibration::parse(
       R"({"schema": "trellis.calibration.v1", "compute": {"flops": 4e10, "memory_bandwidth": 1e10,
@@ -155,6 +181,7 @@ TEST(ForwardCurve, CalibrationReadsShardAndContext) {
   EXPECT_EQ(c.compute()->matmul[0].tp, 2);
   EXPECT_DOUBLE_EQ(c.compute()->matmul[0].context, 95.5);
   EXPECT_EQ(c.compute()->matmul[1].tp, 1);
+  EXPECT_EQ(c.compute()->matmul[1].concurrent, 1);
   EXPECT_DOUBLE_EQ(c.compute()->matmul[1].context, 0);
   EXPECT_NE(error_of(R"({"schema": "trellis.calibration.v1", "compute": {"flops": 1, "memory_bandwidth": 1,
                          "matmul": [{"threads": 1, "rows": 1, "params_per_s": 1, "tp": 0}]}})")

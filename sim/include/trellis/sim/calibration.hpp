@@ -20,7 +20,7 @@
 //                  "cores": 2, "threads_per_rank": 2,
 //                  "matmul": [ { "threads": 1, "rows": 1, "params_per_s": 3.1e9,
 //                                // optional: TP shard measured, attention context included
-//                                "tp": 1, "context": 95.5 }, ... ] },
+//                                "tp": 1, "context": 95.5, "concurrent": 1 }, ... ] },
 //     "runtime": { "step_overhead_us": 230, "step_overhead_per_seq_us": 40 } }
 //                  // the engine's cost per iteration (fixed + per sequence), measured
 //
@@ -76,6 +76,11 @@ struct MatmulPoint {
   double params_per_s = 0;
   int tp = 1;
   double context = 0;  // 0: a kernel-only rate (attention charged separately in full)
+  // Copies of the forward that ran at once on the host's cores, each with `threads` kernel
+  // threads; the rate is one copy's. Departure 15: k ranks busy at once read the points
+  // measured with k copies, so contention (threads oversubscribing the cores, the memory
+  // system shared) is measured, not assumed.
+  int concurrent = 1;
 };
 
 struct CalibratedCompute {
