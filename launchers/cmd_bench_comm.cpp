@@ -42,9 +42,11 @@ struct CommOptions {
   int iters = 0;
 };
 
+// 8 B, then every power of 4 from 64 B (4 KiB, 64 KiB, 4 MiB and 64 MiB among them: the
+// targets' and ucx_perftest's sizes), then `max` if it is none of those.
 std::vector<std::size_t> p2p_sizes(std::size_t max) {
-  std::vector<std::size_t> v;
-  for (std::size_t n = 8; n <= max; n *= 8) v.push_back(n);
+  std::vector<std::size_t> v = {8};
+  for (std::size_t n = 64; n <= max; n *= 4) v.push_back(n);
   if (v.back() != max) v.push_back(max);
   return v;
 }
@@ -223,7 +225,12 @@ int run_comm(Session& s, const CommOptions& o) {
         cal["links"].push_back(j);
     }
     if (!o.no_peers) {
-      auto perf = comm::run_ucx_perftest(s, {8, 4096, 65536}, {65536, 4u << 20});
+      // tag_lat at the sizes where our links are compared with it (the 1.3x target at 4 KiB,
+      // the rendezvous range above), up to --max-size.
+      std::vector<std::size_t> lat;
+      for (std::size_t n : {std::size_t{8}, std::size_t{4096}, std::size_t{65536}, std::size_t{256u << 10}, std::size_t{4u << 20}})
+        if (n <= sizes.back()) lat.push_back(n);
+      auto perf = comm::run_ucx_perftest(s, lat, {65536, 4u << 20});
       if (s.is_root()) print_series(perf, false);
       cal["link_backends"].push_back(series_json(perf, false));
     }
@@ -253,7 +260,7 @@ Action define_bench_comm(CLI::App& sub) {
   auto o = std::make_shared<CommOptions>();
   sub.add_option("--sections", o->sections, "Comma-separated: p2p, allreduce, stream")->capture_default_str();
   sub.add_option("--backends", o->backends, "Link backends for p2p (shm, ucx, tcp, mpi, nccl)")->capture_default_str();
-  sub.add_option("--max-size", o->max_size, "Largest p2p message (sizes grow by 8x from 8 B)")->capture_default_str();
+  sub.add_option("--max-size", o->max_size, "Largest p2p message (8 B, then powers of 4 from 64 B)")->capture_default_str();
   sub.add_option("--hidden", o->hidden, "Hidden size of the streamed states")->capture_default_str();
   sub.add_option("--stream-backend", o->stream_backend, "Link backend for streaming (auto: shm in a host, ucx across)")
       ->capture_default_str();

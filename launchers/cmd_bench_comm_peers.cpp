@@ -82,7 +82,7 @@ Series run_ucx_perftest(Session& s, const std::vector<std::size_t>& lat_sizes, c
     Point p{t.bytes, 0, 0, true};
     std::string error;
     if (s.rank() == 0) {
-      int iters = t.kind == "tag_lat" ? 5000 : (t.bytes >= (1u << 20) ? 200 : 2000);
+      int iters = t.bytes >= (1u << 20) ? (t.kind == "tag_lat" ? 100 : 200) : t.bytes > (64u << 10) ? 1000 : t.kind == "tag_lat" ? 5000 : 2000;
       // timeout: a client whose server went away spins forever instead of failing.
       auto cmd = fmt::format("timeout 100 ucx_perftest {} -p {} -t {} -s {} -n {} -w {}", addr, port, t.kind, t.bytes,
                              iters, iters / 10);
