@@ -2,10 +2,14 @@
 // recursive doubling, hierarchical over emulated hosts, mpi) and both dtypes against a
 // reference sum: exact for integer-valued inputs, within f32 rounding of the MPI group for
 // random inputs, and bit-identical across ranks. Odd sizes, 0 and 1 elements, broadcast
-// from every root, all-gather, async overlapped with work, subgroups, a missing member.
+// from every root, all-gather, async overlapped with work and with another group's
+// operations, large messages back to back through a short shm ring, subgroups, a missing
+// member (one-shot and mid-pipeline).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -39,6 +43,7 @@ struct Case {
   std::size_t slot = 1 << 20, one_shot = 32 << 10, doubling = 64 << 10;
   bool two_hosts = false;  // emulate hosts: ranks {0..n/2-1} and {n/2..n-1}
   bool uneven_hosts = false;  // rank 0 alone on its host
+  std::size_t slots = 8;      // shm ring slots
 };
 
 const Case kCases[] = {
@@ -46,6 +51,10 @@ const Case kCases[] = {
     {"shm_one_shot", Algorithm::kShm, 1 << 20, std::size_t{1} << 30},
     {"shm_two_shot", Algorithm::kShm, 1 << 20, 0},
     {"shm_pieces", Algorithm::kShm, 4096, 1024},
+    // The pipelined path wrapping a short ring many times: pieces that are not a multiple
+    // of the chunk alignment, a last piece of one element, the smallest ring (2 slots).
+    {"shm_ring3", Algorithm::kShm, 4160, 0, 64 << 10, false, false, 3},
+    {"shm_ring2", Algorithm::kShm, 8192, 0, 64 << 10, false, false, 2},
     {"ring", Algorithm::kRing, 1 << 20, 0, 0},
     {"ring_doubling", Algorithm::kRing, 1 << 20, 0, std::size_t{1} << 30},
     {"hierarchical", Algorithm::kHierarchical, 8192, 2048, 4096, true},
@@ -63,6 +72,7 @@ class Collectives : public testing::TestWithParam<Case> {
     o.algorithm = c.algorithm;
     o.cross_host = Backend::kMpi;  // the link every build has; the bench covers ucx
     o.shm_slot_bytes = c.slot;
+    o.shm_slots = c.slots;
     o.one_shot_max_bytes = c.one_shot;
     o.doubling_max_bytes = c.doubling;
     o.deadline = Millis(30000);
@@ -237,6 +247,73 @@ TEST_P(Collectives, ManyBackToBackOperationsStayInStep) {
   }
 }
 
+// Large messages back to back with sizes that shift where pieces start in the ring, both
+// dtypes alternating, checked exactly: a rank that reused a slot too early, or drained a
+// piece before its owner reduced it, leaves wrong sums.
+TEST_P(Collectives, LargeBackToBackOperationsBothDTypes) {
+  const std::size_t sizes[] = {70001, 5, 33000, 1, 129, 300001, 16385, 99999};
+  for (int k = 0; k < 24; ++k) {
+    const std::size_t n = sizes[static_cast<std::size_t>(k) % std::size(sizes)];
+    const int shift = k % 5;
+    auto want = [&](std::size_t i) {
+      float w = 0;
+      for (int r = 0; r < size(); ++r) w += int_value(i + static_cast<std::size_t>(shift), r);
+      return w;
+    };
+    std::size_t bad = 0;
+    if (k % 2 == 0) {
+      std::vector<float> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = int_value(i + static_cast<std::size_t>(shift), rank());
+      group_->all_reduce(v.data(), n, DType::kF32);
+      for (std::size_t i = 0; i < n; ++i) bad += v[i] != want(i);
+    } else {
+      std::vector<std::uint16_t> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = f32_to_bf16_bits(int_value(i + static_cast<std::size_t>(shift), rank()));
+      group_->all_reduce(v.data(), n, DType::kBF16);
+      for (std::size_t i = 0; i < n; ++i) bad += bf16_bits_to_f32(v[i]) != want(i);
+    }
+    ASSERT_EQ(bad, 0u) << "operation " << k << ", n=" << n << (k % 2 == 0 ? " f32" : " bf16");
+  }
+}
+
+// An asynchronous all-reduce on one group stays in flight (it is larger than a ring of
+// slots) while the same ranks run a blocking all-reduce and a broadcast on another group.
+TEST_P(Collectives, AsyncOverlapsAnotherGroupsOperations) {
+  Config config;
+  GroupOptions o;
+  o.algorithm = GetParam().algorithm;
+  o.cross_host = Backend::kMpi;
+  o.shm_slot_bytes = 4096;
+  o.shm_slots = 2;
+  std::vector<int> hosts(static_cast<std::size_t>(size()), 0);
+  for (int r = 0; r < size(); ++r) {
+    if (GetParam().two_hosts) hosts[r] = r < size() / 2 ? 0 : 1;
+    if (GetParam().uneven_hosts) hosts[r] = r == 0 ? 0 : 1;
+  }
+  auto other = make_group(world(), everyone(), o, config, hosts);
+  const std::size_t n = 100003, m = 40001;
+  std::vector<float> a(n), b(m);
+  for (std::size_t i = 0; i < n; ++i) a[i] = int_value(i, rank());
+  for (std::size_t i = 0; i < m; ++i) b[i] = int_value(i + 3, rank());
+  auto ra = group_->all_reduce_async(a.data(), n, DType::kF32);
+  other->all_reduce(b.data(), m, DType::kF32);
+  std::vector<std::uint8_t> c(9001, rank() == 1 % size() ? 0x5A : 0);
+  other->broadcast(c.data(), c.size(), 1 % size());
+  ra->wait(soon());
+  for (std::size_t i = 0; i < n; i += 7) {
+    float want = 0;
+    for (int r = 0; r < size(); ++r) want += int_value(i, r);
+    ASSERT_EQ(a[i], want) << i;
+  }
+  for (std::size_t i = 0; i < m; i += 7) {
+    float want = 0;
+    for (int r = 0; r < size(); ++r) want += int_value(i + 3, r);
+    ASSERT_EQ(b[i], want) << i;
+  }
+  EXPECT_EQ(std::count(c.begin(), c.end(), 0x5A), static_cast<std::ptrdiff_t>(c.size()));
+  other->barrier();
+}
+
 INSTANTIATE_TEST_SUITE_P(Algorithms, Collectives, testing::ValuesIn(kCases),
                          [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
@@ -271,16 +348,21 @@ TEST(CollectivesFactory, SubgroupsAndNonMembers) {
   EXPECT_EQ(v[99], 2.0f);
 }
 
-// A member that never arrives is named by the others within the group's deadline.
-TEST(CollectivesFactory, MissingMemberIsNamedWithinDeadline) {
+// A member that never arrives is named by the others within the group's deadline: for a
+// one-shot message, and for one that fills the whole ring before it needs the absent rank.
+class MissingMember : public testing::TestWithParam<std::size_t> {};
+
+TEST_P(MissingMember, IsNamedWithinDeadline) {
   Config config;
   GroupOptions o;
   o.algorithm = Algorithm::kShm;
   o.deadline = Millis(300);
+  o.shm_slot_bytes = 16 << 10;
+  o.shm_slots = 3;
   auto g = make_group(world(), everyone(), o, config);
   const int absent = world().size() - 1;
   if (world().rank() != absent) {
-    std::vector<float> v(1000, 1.0f);
+    std::vector<float> v(GetParam(), 1.0f);
     auto t0 = Clock::now();
     try {
       g->all_reduce(v.data(), v.size(), DType::kF32);
@@ -293,6 +375,8 @@ TEST(CollectivesFactory, MissingMemberIsNamedWithinDeadline) {
   }
   world().barrier(soon());
 }
+
+INSTANTIATE_TEST_SUITE_P(Sizes, MissingMember, testing::Values(std::size_t{1000}, std::size_t{300000}));
 
 }  // namespace
 }  // namespace trellis::transport

@@ -36,6 +36,8 @@ GroupOptions GroupOptions::from_config(const Config& config) {
   o.algorithm = parse_algorithm(config.get_string("comm.coll_algorithm"));
   o.cross_host = parse_backend(config.get_string("comm.coll_backend"));
   o.shm_slot_bytes = config.get_size("comm.coll_shm_slot_bytes");
+  const auto slots = config.get_int("comm.coll_shm_slots");
+  o.shm_slots = slots < 0 ? 0 : static_cast<std::size_t>(slots);
   o.one_shot_max_bytes = config.get_size("comm.coll_one_shot_max");
   o.doubling_max_bytes = config.get_size("comm.coll_doubling_max");
   o.deadline = config.get_duration("comm.deadline_ms");
@@ -43,6 +45,8 @@ GroupOptions GroupOptions::from_config(const Config& config) {
   if (o.shm_slot_bytes < 4096)
     throw_error(ErrorCode::kInvalidArgument, "comm.coll_shm_slot_bytes must be at least 4 KiB (got {})",
                 o.shm_slot_bytes);
+  if (o.shm_slots < 2)
+    throw_error(ErrorCode::kInvalidArgument, "comm.coll_shm_slots must be at least 2 (got {})", o.shm_slots);
   return o;
 }
 
@@ -67,7 +71,7 @@ std::string list_ranks(const std::vector<int>& ranks) {
 
 // Blocks of kBlock elements keep the f32 accumulator in L1 and let the compiler vectorise
 // each pass; summing source by source keeps the order fixed (rank order).
-void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::size_t count) {
+void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::size_t count, void* dst2) {
   constexpr std::size_t kBlock = 1024;
   alignas(64) float acc[kBlock];
   if (dtype == DType::kF32) {
@@ -81,6 +85,7 @@ void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::si
         for (std::size_t i = 0; i < n; ++i) acc[i] += sj[i];
       }
       std::copy(acc, acc + n, out + b);
+      if (dst2 != nullptr) std::copy(acc, acc + n, static_cast<float*>(dst2) + b);
     }
     return;
   }
@@ -93,6 +98,7 @@ void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::si
       for (std::size_t i = 0; i < n; ++i) acc[i] += bf16_bits_to_f32(sj[i]);
     }
     f32_to_bf16(acc, out + b, n);
+    if (dst2 != nullptr) std::copy(out + b, out + b + n, static_cast<std::uint16_t*>(dst2) + b);
   }
 }
 

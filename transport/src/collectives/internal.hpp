@@ -16,8 +16,11 @@
 namespace trellis::transport::detail {
 
 // dst[i] = srcs[0][i] + srcs[1][i] + ... (in that order), accumulated in f32; bf16 inputs and
-// output are bf16 bits, rounded once. dst may alias any source.
-void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::size_t count);
+// output are bf16 bits, rounded once. dst may alias any source. When dst2 is given, the
+// result is written there too (the shm reduce-scatter publishes its chunk and keeps it in
+// one pass over the cache-resident accumulator); dst2 must not alias a source.
+void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::size_t count,
+              void* dst2 = nullptr);
 
 // A Group whose every operation also exists in a non-blocking form, so that composite
 // algorithms can chain them into one request.

@@ -1,11 +1,19 @@
 // The in-host shared-memory Group (see collectives.hpp for the algorithm).
 //
-// Segment layout: Header | arrive[P] | done[P] | slots[2 parities][P ranks][slot_bytes].
+// Segment layout: Header | arrive[P] | done[P] | finished[P] | slots[K][P ranks][slot_bytes].
 // Every operation is cut into pieces of at most slot_bytes per rank; piece number s (a
 // sequence number shared by all members, since they issue the same operations in the same
-// order) uses parity s % 2. A rank may overwrite its parity-p slot for piece s only when
-// every member has arrived at piece s-1, i.e. finished reading piece s-2, the last user of
-// that parity: that single rule makes the slots safe without any other lock.
+// order) uses ring slot s % K. Each piece goes through three phases on every rank, each
+// ending with a monotonic flag store (release):
+//   fill   — copy what the peers need into this rank's slot       -> arrive[me] = s
+//   reduce — two-shot all-reduce only: sum this rank's chunk       -> done[me] = s
+//   drain  — read the peers' slots into the caller's buffer        -> finished[me] = s
+// A rank may write into ring slot s % K only when every member has finished piece s - K,
+// the last user of that slot: that single rule makes the slots safe without any lock, and
+// it is the only thing that ties pieces together. Nothing else waits for the whole group,
+// so a rank fills piece s+1 while its peers still reduce piece s and drains piece s-1 when
+// it would otherwise idle; with small pieces (cache-sized) the ring of slots stays in the
+// caches and the caller's buffer is streamed through once.
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,7 +30,7 @@
 namespace trellis::transport {
 namespace {
 
-constexpr std::uint64_t kMagic = 0x7472656c6c697331ull;  // "trellis1"
+constexpr std::uint64_t kMagic = 0x7472656c6c697332ull;  // "trellis2": ring of K slots
 constexpr std::size_t kLine = 64;
 
 struct alignas(kLine) Flag {
@@ -34,18 +42,21 @@ struct alignas(kLine) Header {
   std::uint64_t magic;
   std::uint64_t size;
   std::uint64_t slot_bytes;
+  std::uint64_t slots;
   std::atomic<std::int64_t> failed;  // world rank + 1 of a member that gave up; 0: none
   char reason[256];                  // its error, written before `failed`
 };
 
+enum class FlagKind { kArrive = 0, kDone = 1, kFinished = 2 };
+constexpr std::size_t kFlagKinds = 3;
+
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
-std::size_t segment_bytes(std::size_t p, std::size_t slot) {
-  return sizeof(Header) + 2 * p * sizeof(Flag) + 2 * p * slot;
+std::size_t segment_bytes(std::size_t p, std::size_t slot, std::size_t slots) {
+  return sizeof(Header) + kFlagKinds * p * sizeof(Flag) + slots * p * slot;
 }
 
 enum class OpKind { kAllReduce, kBroadcast, kAllGather, kBarrier };
-enum class Stage { kEnter, kArrived, kReduced };
 
 class ShmOp;
 
@@ -55,7 +66,7 @@ class ShmGroup final : public detail::AsyncGroup {
       : seg_(std::move(seg)), members_(std::move(members)), rank_(rank), opts_(o) {
     header_ = reinterpret_cast<Header*>(seg_->base());
     flags_ = reinterpret_cast<Flag*>(seg_->base() + sizeof(Header));
-    data_ = seg_->base() + sizeof(Header) + 2 * members_.size() * sizeof(Flag);
+    data_ = seg_->base() + sizeof(Header) + kFlagKinds * members_.size() * sizeof(Flag);
   }
   ~ShmGroup() override;
 
@@ -72,14 +83,28 @@ class ShmGroup final : public detail::AsyncGroup {
   void barrier() override;
 
   // For ShmOp.
-  std::atomic<std::uint64_t>& arrive(int r) { return flags_[r].value; }
-  std::atomic<std::uint64_t>& done(int r) { return flags_[size() + r].value; }
+  std::atomic<std::uint64_t>& flag(FlagKind k, int r) const {
+    return flags_[static_cast<std::size_t>(k) * members_.size() + static_cast<std::size_t>(r)].value;
+  }
+  std::uint64_t load(FlagKind k, int r) const { return flag(k, r).load(std::memory_order_acquire); }
+  void publish(FlagKind k, std::uint64_t seq) const { flag(k, rank_).store(seq, std::memory_order_release); }
+  bool all_at_least(FlagKind k, std::uint64_t seq) const {
+    for (int r = 0; r < size(); ++r)
+      if (load(k, r) < seq) return false;
+    return true;
+  }
   std::byte* slot(std::uint64_t seq, int r) const {
-    return data_ + ((seq & 1) * members_.size() + static_cast<std::size_t>(r)) * opts_.shm_slot_bytes;
+    return data_ + ((seq % opts_.shm_slots) * members_.size() + static_cast<std::size_t>(r)) * opts_.shm_slot_bytes;
   }
   std::size_t slot_bytes() const { return opts_.shm_slot_bytes; }
+  std::uint64_t slots() const { return opts_.shm_slots; }
   std::size_t one_shot_max() const { return opts_.one_shot_max_bytes; }
-  std::uint64_t next_seq() { return ++seq_; }
+  // Reserves `pieces` consecutive sequence numbers and returns the first.
+  std::uint64_t reserve(std::size_t pieces) {
+    std::uint64_t first = seq_ + 1;
+    seq_ += pieces;
+    return first;
+  }
   void check_peers() const {
     auto f = header_->failed.load(std::memory_order_acquire);
     if (f != 0)
@@ -111,14 +136,19 @@ class ShmGroup final : public detail::AsyncGroup {
   ShmOp* active_ = nullptr;
 };
 
-// One collective, as a state machine over pieces (see the file comment for the rule).
+// One collective, as a pipeline of pieces (see the file comment for the phases and the rule).
+// filled_ >= reduced_ >= drained_ count the pieces that passed each phase on this rank.
 class ShmOp final : public detail::SteppedRequest {
  public:
   ShmOp(ShmGroup& g, OpKind kind, void* data, const void* in, std::size_t total, DType dtype, int root)
-      : g_(g), kind_(kind), data_(data), in_(in), total_(total), dtype_(dtype), root_(root) {
+      : g_(g), kind_(kind), data_(static_cast<std::byte*>(data)), in_(static_cast<const std::byte*>(in)),
+        total_(total), dtype_(dtype), root_(root) {
     esize_ = kind == OpKind::kAllReduce ? dtype_size(dtype) : 1;
     per_piece_ = g.slot_bytes() / esize_;
+    pieces_ = kind == OpKind::kBarrier ? 1 : (total_ + per_piece_ - 1) / per_piece_;
+    srcs_.resize(static_cast<std::size_t>(g.size()));
     g_.begin(this);
+    first_ = g_.reserve(pieces_);
   }
   ~ShmOp() override {
     if (!complete_) g_.mark_failed(fmt::format("it abandoned {}", describe()));
@@ -128,9 +158,13 @@ class ShmOp final : public detail::SteppedRequest {
   bool test() override {
     if (complete_) return true;
     try {
-      while (step()) {
+      while (advance()) {
         ++steps_;
-        if (complete_) return true;
+        if (drained_ == pieces_) {
+          complete_ = true;
+          g_.end(this);
+          return true;
+        }
       }
       g_.check_peers();
       return false;
@@ -146,33 +180,51 @@ class ShmOp final : public detail::SteppedRequest {
   std::uint64_t steps_done() const override { return steps_; }
 
  private:
-  std::size_t piece_len() const { return std::min(per_piece_, std::max<std::size_t>(total_, 1) - offset_); }
-  bool all_at_least(bool use_done, std::uint64_t s) {
-    for (int r = 0; r < g_.size(); ++r) {
-      auto& f = use_done ? g_.done(r) : g_.arrive(r);
-      if (f.load(std::memory_order_acquire) < s) return false;
-    }
-    return true;
+  struct Piece {
+    std::uint64_t seq;
+    std::size_t off, n;  // elements (all-reduce) or bytes of this piece
+    bool two_shot;
+  };
+  struct Range {
+    std::size_t lo, hi;
+  };
+  Piece piece(std::size_t i) const {
+    Piece p{first_ + i, i * per_piece_, std::min(per_piece_, total_ - std::min(total_, i * per_piece_)), false};
+    p.two_shot = kind_ == OpKind::kAllReduce && g_.size() > 1 && p.n * esize_ > g_.one_shot_max();
+    return p;
   }
-  bool step();  // advances one stage; false when it must wait
-  void enter();
-  void after_arrival();
-  void finish_piece();
-  void copy_out_chunks();
+  // Two-shot: rank r reduces chunk r, whole cache lines, so no two ranks write one line.
+  Range chunk(const Piece& p, int r) const {
+    std::size_t c = round_up((p.n + g_.size() - 1) / g_.size(), kLine / esize_);
+    std::size_t lo = std::min(p.n, c * static_cast<std::size_t>(r));
+    return {lo, std::min(p.n, lo + c)};
+  }
+  std::byte* user(const Piece& p, std::size_t at) const { return data_ + (p.off + at) * esize_; }
+
+  bool advance();  // one phase of one piece; false when nothing can move now
+  bool fill_ready(const Piece& p) const {
+    return p.seq <= g_.slots() || g_.all_at_least(FlagKind::kFinished, p.seq - g_.slots());
+  }
+  bool reduce_ready(const Piece& p) const { return !p.two_shot || g_.all_at_least(FlagKind::kArrive, p.seq); }
+  bool drain_ready(const Piece& p) const;
+  void fill(const Piece& p);
+  void reduce(const Piece& p);
+  void drain(const Piece& p);
+  std::vector<int> waiting_for() const;
 
   ShmGroup& g_;
   OpKind kind_;
-  void* data_;
-  const void* in_;
+  std::byte* data_;
+  const std::byte* in_;
   std::size_t total_;  // elements (all-reduce) or bytes
   DType dtype_;
   int root_;
-  std::size_t esize_, per_piece_;
-  std::size_t offset_ = 0;
-  std::uint64_t seq_ = 0;
-  Stage stage_ = Stage::kEnter;
+  std::size_t esize_, per_piece_, pieces_;
+  std::uint64_t first_ = 0;
+  std::size_t filled_ = 0, reduced_ = 0, drained_ = 0;
   bool complete_ = false;
   std::uint64_t steps_ = 0;
+  std::vector<const void*> srcs_;  // one per member, for the sums
 };
 
 void ShmGroup::begin(ShmOp* op) {
@@ -186,6 +238,132 @@ ShmGroup::~ShmGroup() {
   if (active_ != nullptr) mark_failed("its group was destroyed during an operation");
 }
 
+// What the peers wait for comes first: my reduced chunk, then my arrival; my own drain only
+// when neither can move (it also frees the slot ring for the fills K pieces ahead).
+bool ShmOp::advance() {
+  if (reduced_ < filled_) {
+    Piece p = piece(reduced_);
+    if (reduce_ready(p)) {
+      reduce(p);
+      ++reduced_;
+      return true;
+    }
+  }
+  if (filled_ < pieces_) {
+    Piece p = piece(filled_);
+    if (fill_ready(p)) {
+      fill(p);
+      ++filled_;
+      return true;
+    }
+  }
+  if (drained_ < reduced_) {
+    Piece p = piece(drained_);
+    if (drain_ready(p)) {
+      drain(p);
+      ++drained_;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ShmOp::drain_ready(const Piece& p) const {
+  switch (kind_) {
+    case OpKind::kAllReduce:
+      return g_.all_at_least(p.two_shot ? FlagKind::kDone : FlagKind::kArrive, p.seq);
+    case OpKind::kBroadcast: return g_.rank() == root_ || g_.load(FlagKind::kArrive, root_) >= p.seq;
+    case OpKind::kAllGather:
+    case OpKind::kBarrier: return g_.all_at_least(FlagKind::kArrive, p.seq);
+  }
+  return false;
+}
+
+void ShmOp::fill(const Piece& p) {
+  const int me = g_.rank();
+  std::byte* mine = g_.slot(p.seq, me);
+  switch (kind_) {
+    case OpKind::kAllReduce:
+      if (p.two_shot) {
+        // Only the chunks the peers reduce: my own chunk is read from my buffer.
+        Range c = chunk(p, me);
+        std::memcpy(mine, user(p, 0), c.lo * esize_);
+        std::memcpy(mine + c.hi * esize_, user(p, c.hi), (p.n - c.hi) * esize_);
+      } else {
+        std::memcpy(mine, user(p, 0), p.n * esize_);
+      }
+      break;
+    case OpKind::kAllGather: std::memcpy(mine, in_ + p.off, p.n); break;
+    case OpKind::kBroadcast:
+      if (me == root_) std::memcpy(mine, user(p, 0), p.n);
+      break;
+    case OpKind::kBarrier: break;
+  }
+  g_.publish(FlagKind::kArrive, p.seq);
+}
+
+// Chunk me of every slot, in rank order (my own contribution straight from my buffer), into
+// my buffer and into my slot, where the peers copy it from.
+void ShmOp::reduce(const Piece& p) {
+  if (p.two_shot) {
+    const int n = g_.size(), me = g_.rank();
+    Range c = chunk(p, me);
+    if (c.hi > c.lo) {
+      for (int r = 0; r < n; ++r) srcs_[r] = r == me ? user(p, c.lo) : g_.slot(p.seq, r) + c.lo * esize_;
+      detail::sum_into(dtype_, srcs_.data(), n, user(p, c.lo), c.hi - c.lo, g_.slot(p.seq, me) + c.lo * esize_);
+    }
+  }
+  g_.publish(FlagKind::kDone, p.seq);
+}
+
+void ShmOp::drain(const Piece& p) {
+  const int n = g_.size(), me = g_.rank();
+  switch (kind_) {
+    case OpKind::kAllReduce:
+      if (p.two_shot) {
+        for (int r = 0; r < n; ++r) {
+          Range c = chunk(p, r);
+          if (r != me && c.hi > c.lo)
+            std::memcpy(user(p, c.lo), g_.slot(p.seq, r) + c.lo * esize_, (c.hi - c.lo) * esize_);
+        }
+      } else {
+        for (int r = 0; r < n; ++r) srcs_[r] = r == me ? user(p, 0) : g_.slot(p.seq, r);
+        detail::sum_into(dtype_, srcs_.data(), n, user(p, 0), p.n);
+      }
+      break;
+    case OpKind::kAllGather:
+      for (int r = 0; r < n; ++r) std::memcpy(data_ + r * total_ + p.off, g_.slot(p.seq, r), p.n);
+      break;
+    case OpKind::kBroadcast:
+      if (me != root_) std::memcpy(user(p, 0), g_.slot(p.seq, root_), p.n);
+      break;
+    case OpKind::kBarrier: break;
+  }
+  g_.publish(FlagKind::kFinished, p.seq);
+}
+
+// The members the first blocked phase waits for.
+std::vector<int> ShmOp::waiting_for() const {
+  std::vector<int> missing;
+  auto need = [&](FlagKind k, std::uint64_t s) {
+    for (int r = 0; r < g_.size(); ++r)
+      if (g_.load(k, r) < s) missing.push_back(g_.members()[r]);
+  };
+  if (drained_ < reduced_) {
+    Piece p = piece(drained_);
+    if (kind_ == OpKind::kBroadcast) {
+      if (g_.load(FlagKind::kArrive, root_) < p.seq) missing.push_back(g_.members()[root_]);
+    } else {
+      need(p.two_shot ? FlagKind::kDone : FlagKind::kArrive, p.seq);
+    }
+  } else if (reduced_ < filled_) {
+    need(FlagKind::kArrive, piece(reduced_).seq);
+  } else if (filled_ < pieces_) {
+    need(FlagKind::kFinished, piece(filled_).seq - std::min(piece(filled_).seq, g_.slots()));
+  }
+  return missing;
+}
+
 std::string ShmOp::describe() const {
   std::string what;
   switch (kind_) {
@@ -194,116 +372,21 @@ std::string ShmOp::describe() const {
     case OpKind::kAllGather: what = fmt::format("all-gather of {} bytes per rank", total_); break;
     case OpKind::kBarrier: what = "barrier"; break;
   }
-  std::vector<int> missing;
-  if (seq_ != 0 && !complete_) {
-    for (int r = 0; r < g_.size(); ++r) {
-      bool waiting_done = stage_ == Stage::kReduced;
-      auto need = stage_ == Stage::kEnter ? seq_ - 1 : seq_;
-      auto& f = waiting_done ? g_.done(r) : g_.arrive(r);
-      if (f.load(std::memory_order_acquire) < need) missing.push_back(g_.members()[r]);
+  what += " over " + g_.who();
+  if (!complete_) {
+    auto missing = waiting_for();
+    if (!missing.empty()) {
+      std::sort(missing.begin(), missing.end());
+      missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+      what += fmt::format(" (piece {} of {}), waiting for world rank(s) {}", drained_ + 1, pieces_,
+                          detail::list_ranks(missing));
     }
   }
-  what += " over " + g_.who();
-  if (!missing.empty()) what += ", waiting for world rank(s) " + detail::list_ranks(missing);
   return what;
 }
 
-bool ShmOp::step() {
-  switch (stage_) {
-    case Stage::kEnter:
-      if (seq_ == 0) seq_ = g_.next_seq();
-      if (!all_at_least(false, seq_ - 1)) return false;
-      enter();
-      return true;
-    case Stage::kArrived:
-      if (kind_ == OpKind::kBroadcast ? g_.rank() != root_ && g_.arrive(root_).load(std::memory_order_acquire) < seq_
-                                      : !all_at_least(false, seq_))
-        return false;
-      after_arrival();
-      return true;
-    case Stage::kReduced:
-      if (!all_at_least(true, seq_)) return false;
-      copy_out_chunks();
-      finish_piece();
-      return true;
-  }
-  return false;
-}
-
-void ShmOp::enter() {
-  const int me = g_.rank();
-  std::size_t n = piece_len();
-  switch (kind_) {
-    case OpKind::kAllReduce:
-      std::memcpy(g_.slot(seq_, me), static_cast<const std::byte*>(data_) + offset_ * esize_, n * esize_);
-      break;
-    case OpKind::kAllGather:
-      std::memcpy(g_.slot(seq_, me), static_cast<const std::byte*>(in_) + offset_, n);
-      break;
-    case OpKind::kBroadcast:
-      if (me == root_) std::memcpy(g_.slot(seq_, me), static_cast<const std::byte*>(data_) + offset_, n);
-      break;
-    case OpKind::kBarrier: break;
-  }
-  g_.arrive(me).store(seq_, std::memory_order_release);
-  stage_ = Stage::kArrived;
-}
-
-void ShmOp::after_arrival() {
-  const int p = g_.size(), me = g_.rank();
-  std::size_t n = piece_len();
-  std::vector<const void*> srcs(static_cast<std::size_t>(p));
-  switch (kind_) {
-    case OpKind::kAllReduce: {
-      if (n * esize_ <= g_.one_shot_max()) {
-        for (int r = 0; r < p; ++r) srcs[r] = g_.slot(seq_, r);
-        detail::sum_into(dtype_, srcs.data(), p, static_cast<std::byte*>(data_) + offset_ * esize_, n);
-        break;
-      }
-      // Two-shot: chunks of whole cache lines, so no two ranks write the same line.
-      std::size_t chunk = round_up((n + p - 1) / p, kLine / esize_);
-      std::size_t lo = std::min(n, chunk * me), hi = std::min(n, lo + chunk);
-      for (int r = 0; r < p; ++r) srcs[r] = g_.slot(seq_, r) + lo * esize_;
-      if (hi > lo) detail::sum_into(dtype_, srcs.data(), p, g_.slot(seq_, me) + lo * esize_, hi - lo);
-      g_.done(me).store(seq_, std::memory_order_release);
-      stage_ = Stage::kReduced;
-      return;
-    }
-    case OpKind::kAllGather:
-      for (int r = 0; r < p; ++r)
-        std::memcpy(static_cast<std::byte*>(data_) + r * total_ + offset_, g_.slot(seq_, r), n);
-      break;
-    case OpKind::kBroadcast:
-      if (me != root_) std::memcpy(static_cast<std::byte*>(data_) + offset_, g_.slot(seq_, root_), n);
-      break;
-    case OpKind::kBarrier: break;
-  }
-  finish_piece();
-}
-
-void ShmOp::copy_out_chunks() {
-  const int p = g_.size();
-  std::size_t n = piece_len();
-  std::size_t chunk = round_up((n + p - 1) / p, kLine / esize_);
-  auto* out = static_cast<std::byte*>(data_) + offset_ * esize_;
-  for (int r = 0; r < p; ++r) {
-    std::size_t lo = std::min(n, chunk * r), hi = std::min(n, lo + chunk);
-    if (hi > lo) std::memcpy(out + lo * esize_, g_.slot(seq_, r) + lo * esize_, (hi - lo) * esize_);
-  }
-}
-
-void ShmOp::finish_piece() {
-  offset_ += piece_len();
-  stage_ = Stage::kEnter;
-  seq_ = 0;
-  if (offset_ >= total_) {
-    complete_ = true;
-    g_.end(this);
-  }
-}
-
-// The first test() copies this rank's input in and publishes its arrival, so peers can go
-// ahead while the caller computes.
+// The first test() copies this rank's input in (up to K pieces) and publishes its arrival,
+// so peers can go ahead while the caller computes.
 RequestPtr kick(std::unique_ptr<ShmOp> op) {
   op->test();
   return op;
@@ -345,8 +428,11 @@ std::unique_ptr<Group> make_shm_group(Bootstrap& world, const std::vector<int>& 
   auto it = std::find(members.begin(), members.end(), me);
   const bool member = it != members.end();
   const int my_index = member ? static_cast<int>(it - members.begin()) : -1;
+  if (options.shm_slots < 2)
+    throw_error(ErrorCode::kInvalidArgument, "shm collectives need at least 2 ring slots (comm.coll_shm_slots), got {}",
+                options.shm_slots);
   const std::size_t slot = round_up(options.shm_slot_bytes, kLine);
-  const std::size_t bytes = segment_bytes(members.size(), slot);
+  const std::size_t bytes = segment_bytes(members.size(), slot, options.shm_slots);
   auto deadline = Deadline::after(options.deadline);
   GroupOptions o = options;
   o.shm_slot_bytes = slot;
@@ -362,6 +448,7 @@ std::unique_ptr<Group> make_shm_group(Bootstrap& world, const std::vector<int>& 
       h->magic = kMagic;
       h->size = members.size();
       h->slot_bytes = slot;
+      h->slots = o.shm_slots;
     } catch (const Error& e) {
       error = e.what();
       name.clear();
@@ -375,9 +462,11 @@ std::unique_ptr<Group> make_shm_group(Bootstrap& world, const std::vector<int>& 
         throw_error(ErrorCode::kIo, "world rank {} could not create the shm segment", members.front());
       seg = detail::ShmSegment::open(leader_name, bytes);
       auto* h = reinterpret_cast<Header*>(seg->base());
-      if (h->magic != kMagic || h->size != members.size() || h->slot_bytes != slot)
-        throw_error(ErrorCode::kCorruptInput, "shm segment {} does not describe a group of {} ranks", leader_name,
-                    members.size());
+      if (h->magic != kMagic || h->size != members.size() || h->slot_bytes != slot || h->slots != o.shm_slots)
+        throw_error(ErrorCode::kCorruptInput,
+                    "shm segment {} does not describe a group of {} ranks with {} slots of {} bytes (do all ranks "
+                    "use the same comm.coll_shm_* settings?)",
+                    leader_name, members.size(), o.shm_slots, slot);
     } catch (const Error& e) {
       error = e.what();
     }

@@ -54,8 +54,12 @@ struct GroupOptions {
   Algorithm algorithm = Algorithm::kAuto;
   // Backend of the links between hosts (ring, hierarchical).
   Backend cross_host = Backend::kUcx;
-  // Bytes per rank per parity in the shm segment; larger messages go in pieces of this size.
-  std::size_t shm_slot_bytes = 1u << 20;
+  // Bytes per rank per ring slot in the shm segment: messages go through in pieces of this
+  // size (cache-sized, so the ring stays in the caches while the pieces stream through).
+  std::size_t shm_slot_bytes = 64u << 10;
+  // Ring slots (K >= 2) per rank: up to K pieces are in flight, a rank filling piece s+1
+  // while its peers reduce piece s; a slot is reused only after every member finished it.
+  std::size_t shm_slots = 8;
   // shm all-reduce: one-shot up to this many bytes, two-shot above.
   std::size_t one_shot_max_bytes = 32u << 10;
   // ring: recursive doubling up to this many bytes (power-of-two groups only), ring above.
@@ -66,7 +70,7 @@ struct GroupOptions {
   PollPolicy wait;
 
   // From the settings comm.coll_algorithm, comm.coll_backend, comm.coll_shm_slot_bytes,
-  // comm.coll_one_shot_max, comm.coll_doubling_max, comm.deadline_ms and comm.wait_*.
+  // comm.coll_shm_slots, comm.coll_one_shot_max, comm.coll_doubling_max, comm.deadline_ms and comm.wait_*.
   static GroupOptions from_config(const Config& config);
 };
 
