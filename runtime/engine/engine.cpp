@@ -115,6 +115,10 @@ class Engine {
   // Waits on this rank's own threads get longer: when a peer dies, the wait that faces the
   // peer expires first and names it; the starved local waits are only symptoms.
   Deadline local_deadline() const { return Deadline::after(opt_.deadline * 3 / 2); }
+  // Waits for the next scheduling output depend on rank 0's scheduler, which itself waits up
+  // to deadline() on the ranks that feed it: waiting longer lets rank 0's error, which names
+  // the failing peer, end the job first instead of a message that blames rank 0.
+  Deadline upstream_deadline() const { return Deadline::after(opt_.deadline * 2); }
   bool take_schedule(ScheduleOutput& out, Lane lane);
   void cpu_executor();
   void forward_executor();
@@ -185,10 +189,12 @@ bool Engine::take_schedule(ScheduleOutput& out, Lane lane) {
     Tracer::Span span(trace_, lane, TraceCat::kWait, "wait schedule");
     bool got;
     try {
-      got = ring_in_->read(msg_, rank_ == 0 ? local_deadline() : deadline());
+      got = ring_in_->read(msg_, rank_ == 0 ? local_deadline() : upstream_deadline(), &failed_.failed);
     } catch (const Error& e) {
-      // On rank 0 the scheduler is a thread of this process, and its own error names the cause.
-      throw_scoped(rank_ == 0 ? ErrorScope::kRank : ErrorScope::kJob, e.code(),
+      // On rank 0 the scheduler is a thread of this process, and its own error names the cause;
+      // so does the error of the thread that failed this rank when the wait was cancelled.
+      const bool symptom = rank_ == 0 || failed_.failed;
+      throw_scoped(symptom ? ErrorScope::kRank : ErrorScope::kJob, e.code(),
                    "rank {}: no scheduling output from the scheduler on rank 0{}: {}", rank_,
                    leader_ == 0 ? "" : fmt::format(" (relayed by rank {})", leader_), e.what());
     }
@@ -469,7 +475,7 @@ void Engine::relay_thread() {
     {
       Tracer::Span span(trace_, Lane::kRelay, TraceCat::kWait, "relay");
       req = links_.link(0).irecv(buf, kTagSchedule);
-      wait_request(*req, deadline(), failed_,
+      wait_request(*req, upstream_deadline(), failed_,
                    fmt::format("relay on rank {}: next scheduling output from rank 0 (the scheduler)", rank_));
     }
     auto msg = std::span(buf).first(req->bytes());
@@ -519,7 +525,13 @@ EngineResult Engine::run() {
   for (auto& t : threads) t.join();
   finished = true;
   progress.join();
-  failed_.rethrow();
+  try {
+    failed_.rethrow();
+  } catch (const std::exception& e) {
+    // The ranks reading this host's ring would otherwise only see it close early.
+    if (ring_out_) ring_out_->fail(fmt::format("rank {}: {}", rank_, e.what()));
+    throw;
+  }
   if (rank_ == 0 || relay) ring_out_->wait_drained(deadline());
   {
     std::lock_guard lock(token_send_mu_);

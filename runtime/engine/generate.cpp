@@ -83,6 +83,19 @@ std::unique_ptr<transport::Transport> connect_links(transport::Bootstrap& world,
       if (r == world.rank()) mine[b].push_back(peer);
     }
   }
+  if (world.rank() == 0) {
+    // Once per run, so nobody has to grep per-rank logs to learn whether the fast path is in
+    // use: the policy's choice per TP group and stage boundary (as `trellis topo` shows it),
+    // then what this job actually connects, counted over every rank's engine links.
+    std::map<transport::Backend, int> pairs;
+    for (int r = 0; r < world.size(); ++r)
+      for (int peer : engine_peers(grid, r))
+        if (r < peer) ++pairs[transport::choose_for_pair(pl, topo, r, peer, policy).backend];
+    std::string connected;
+    for (auto [b, n] : pairs) connected += fmt::format("{}{} x {}", connected.empty() ? "" : ", ", transport::to_string(b), n);
+    spdlog::info("links (--transport {}):\n{}  connected rank pairs: {}", policy.describe(),
+                 transport::format_link_plan(transport::plan_links(pl, policy)), connected.empty() ? "none" : connected);
+  }
   auto multi = std::make_unique<MultiTransport>();
   for (auto b : used) {
     auto peers = mine[b];
@@ -195,6 +208,12 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
                                                grid.host_of);
     if (s == stage) tp_group = std::move(g);
   }
+  // The collective algorithm each TP group settled on (make_group picks it from the members'
+  // hosts and the comm.coll_* settings), logged once beside the links.
+  auto algos = transport::allgather_strings(world, tp_group->describe(), setup);
+  if (me == 0)
+    for (int s = 0; s < o.pp; ++s)
+      spdlog::info("TP group of stage {} all-reduce: {}", s, algos[static_cast<std::size_t>(grid.rank_at(s, 0))]);
   Tracer tracer(!o.trace.empty());
   auto timed = make_timed_group(*tp_group, tracer);
   // This rank's shard.

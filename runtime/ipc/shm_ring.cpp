@@ -6,18 +6,21 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <sys/stat.h>
 
 #include "trellis/core/error.hpp"
 #include "trellis/core/poll.hpp"
+#include "trellis/core/process.hpp"
 
 namespace trellis::runtime {
 
 namespace {
 constexpr std::uint64_t kMagic = 0x474e495253524c54ull;  // "TLRSRING"
 constexpr std::uint32_t kMaxConsumers = 256;
+constexpr std::uint32_t kClosed = 1, kFailed = 2;  // values of Header::closed
 struct alignas(64) Cursor {
   std::atomic<std::uint64_t> value{0};
 };
@@ -35,6 +38,10 @@ struct ShmRing::Header {
   alignas(64) std::atomic<std::uint64_t> written;  // messages published
   std::atomic<std::uint32_t> closed;
   Cursor read[kMaxConsumers];                       // messages each consumer has taken
+  // Who is on the other end, for waits that must notice a dead peer (0: not attached yet).
+  std::atomic<std::int64_t> producer_pid;
+  std::atomic<std::int64_t> consumer_pid[kMaxConsumers];
+  char failure[256];  // the producer's error when closed == kFailed (written before)
 };
 
 namespace {
@@ -42,6 +49,20 @@ std::size_t stride(std::uint32_t slot_bytes) { return (sizeof(SlotHeader) + slot
 std::size_t total_bytes(std::uint32_t slots, std::uint32_t slot_bytes) {
   return sizeof(ShmRing::Header) + static_cast<std::size_t>(slots) * stride(slot_bytes);
 }
+// Probes a peer's pid at most every 100 ms of a wait: a dead peer never moves the counters
+// we wait on, and this turns a wait to the deadline into an error naming it.
+class LivenessProbe {
+ public:
+  bool due() {
+    auto now = Clock::now();
+    if (now - last_ < std::chrono::milliseconds(100)) return false;
+    last_ = now;
+    return true;
+  }
+
+ private:
+  Clock::time_point last_ = Clock::now();
+};
 }  // namespace
 
 ShmRing::ShmRing(std::string name, void* base, std::size_t bytes, bool owner, std::uint32_t index)
@@ -84,6 +105,7 @@ std::unique_ptr<ShmRing> ShmRing::create(const std::string& name, std::uint32_t 
   h->slots = slots;
   h->slot_bytes = slot_bytes;
   h->consumers = consumers;
+  h->producer_pid.store(::getpid(), std::memory_order_relaxed);
   for (std::uint32_t i = 0; i < slots; ++i) {
     auto* sh = reinterpret_cast<SlotHeader*>(static_cast<std::byte*>(base) + sizeof(Header) + i * stride(slot_bytes));
     new (sh) SlotHeader{};
@@ -117,6 +139,7 @@ std::unique_ptr<ShmRing> ShmRing::open(const std::string& name, std::uint32_t in
     throw_error(ErrorCode::kInvalidArgument, "channel {}: consumer {} but the ring was made for {}", name, index,
                 consumers);
   }
+  h->consumer_pid[index].store(::getpid(), std::memory_order_release);
   return std::unique_ptr<ShmRing>(new ShmRing(name, base, static_cast<std::size_t>(st.st_size), false, index));
 }
 
@@ -137,9 +160,11 @@ void ShmRing::write(std::span<const std::byte> message, Deadline deadline) {
     return true;
   };
   if (!has_room()) {
+    LivenessProbe probe;
     try {
-      poll_until(has_room, deadline, "ring full");
+      poll_until([&] { return has_room() || (probe.due() && check_consumer(slowest)); }, deadline, "ring full");
     } catch (const Error& e) {
+      if (e.code() != ErrorCode::kTimeout) throw;  // a dead consumer: already named
       throw_error(ErrorCode::kTimeout, "channel {}: consumer {} is a full ring ({} slots) behind: {}", name_, slowest,
                   h.slots, e.what());
     }
@@ -156,24 +181,50 @@ void ShmRing::wait_drained(Deadline deadline) {
   auto& h = *header_;
   const auto n = h.written.load(std::memory_order_acquire);
   std::uint32_t behind = 0;
+  LivenessProbe probe;
   try {
     poll_until(
         [&] {
           for (std::uint32_t c = 0; c < h.consumers; ++c)
             if (h.read[c].value.load(std::memory_order_acquire) < n) {
               behind = c;
-              return false;
+              return probe.due() && check_consumer(c);
             }
           return true;
         },
         deadline, "drain");
   } catch (const Error& e) {
+    if (e.code() != ErrorCode::kTimeout) throw;  // a dead consumer: already named
     throw_error(ErrorCode::kTimeout, "channel {}: consumer {} did not read the last messages: {}", name_, behind,
                 e.what());
   }
 }
 
-void ShmRing::close() { header_->closed.store(1, std::memory_order_release); }
+bool ShmRing::check_consumer(std::uint32_t c) const {
+  const auto pid = header_->consumer_pid[c].load(std::memory_order_acquire);
+  if (!process_alive(pid))
+    throw_error(ErrorCode::kPeerFailed, "channel {}: consumer {} (pid {}, same host) died before reading its messages",
+                name_, c, pid);
+  return false;  // alive: keep waiting
+}
+
+void ShmRing::check_producer() const {
+  const auto pid = header_->producer_pid.load(std::memory_order_acquire);
+  if (!process_alive(pid))
+    throw_error(ErrorCode::kPeerFailed, "channel {}: its producer (pid {}, same host) died without closing it", name_,
+                pid);
+}
+
+void ShmRing::close() {
+  std::uint32_t open = 0;
+  header_->closed.compare_exchange_strong(open, kClosed, std::memory_order_acq_rel);
+}
+
+void ShmRing::fail(std::string_view reason) {
+  if (header_->closed.load(std::memory_order_acquire) != 0) return;
+  std::snprintf(header_->failure, sizeof(header_->failure), "%.*s", static_cast<int>(reason.size()), reason.data());
+  header_->closed.store(kFailed, std::memory_order_release);
+}
 
 bool ShmRing::try_read(std::vector<std::byte>& out) {
   auto& h = *header_;
@@ -190,15 +241,22 @@ bool ShmRing::try_read(std::vector<std::byte>& out) {
   return true;
 }
 
-bool ShmRing::read(std::vector<std::byte>& out, Deadline deadline) {
+bool ShmRing::read(std::vector<std::byte>& out, Deadline deadline, const std::atomic<bool>* cancel) {
   bool got = false, closed = false;
+  LivenessProbe probe;
   poll_until(
       [&] {
         if (try_read(out)) return got = true;
+        if (cancel != nullptr && cancel->load(std::memory_order_relaxed))
+          throw_error(ErrorCode::kPeerFailed, "channel {}: consumer {} stopped waiting: its rank failed", name_, index_);
+        if (probe.due()) check_producer();
         // Closed is checked after an empty read, and the ring re-checked, so no message
         // published before close() is lost.
-        if (header_->closed.load(std::memory_order_acquire)) {
+        if (auto c = header_->closed.load(std::memory_order_acquire)) {
           got = try_read(out);
+          if (!got && c == kFailed)
+            throw_error(ErrorCode::kPeerFailed, "channel {}: its producer failed: {}", name_,
+                        std::string(header_->failure, strnlen(header_->failure, sizeof(header_->failure))));
           closed = !got;
           return true;
         }

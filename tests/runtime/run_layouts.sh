@@ -46,10 +46,15 @@ for layout in "1 2" "2 1" "2 2" "4 1"; do
 done
 # The cross-host backends, here in one host: ucx and mpi need their progress driven (a
 # rendezvous-size hidden state stalled the pipeline before the engine's progress thread).
+# The run says once, on rank 0, which backend every TP group and stage boundary uses and
+# which all-reduce each TP group settled on.
 for tr in ucx mpi tcp; do
-  run "b$tr" 4 2 2 --set comm.transport=$tr
+  run "b$tr" 4 2 2 --set comm.transport=$tr --set log.level=info
   cmp -s "$W/ref.jsonl" "$W/b$tr.jsonl" || fail "pp=2 tp=2 over $tr differs from 1x1"
-  echo "ok: pp=2 tp=2 over $tr token-identical"
+  grep -qE "stage 0 -> 1 +shm +-> $tr" "$W/b$tr.log" || { cat "$W/b$tr.log"; fail "the run does not log the $tr stage boundary"; }
+  grep -q "connected rank pairs: $tr x 3" "$W/b$tr.log" || { cat "$W/b$tr.log"; fail "the run does not log its $tr links"; }
+  [ "$(grep -c "TP group of stage . all-reduce:" "$W/b$tr.log")" = 2 ] || fail "the run does not log both TP groups' all-reduce"
+  echo "ok: pp=2 tp=2 over $tr token-identical, links logged"
 done
 run naive 4 2 2 --no-cpu-sampler --no-tsem --no-sat
 cmp -s "$W/ref.jsonl" "$W/naive.jsonl" || fail "all techniques off changes the tokens"

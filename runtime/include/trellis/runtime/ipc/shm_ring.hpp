@@ -13,14 +13,19 @@
 // memory lives until the last consumer unmaps). close() tells consumers that no more messages
 // will come: read() returns false once they have drained the ring.
 //
+// A wait that faces a dead peer (the producer, or the consumer a full ring waits for) ends
+// early with kPeerFailed naming it: every party records its pid in the segment.
+//
 // Threading: one producer thread, one thread per consumer index.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "trellis/core/clock.hpp"
@@ -40,14 +45,21 @@ class ShmRing {
   static std::unique_ptr<ShmRing> open(const std::string& name, std::uint32_t index, Deadline deadline);
 
   // Producer: copies one message into the next slot. kInvalidArgument when it is larger than
-  // a slot, kTimeout naming the slowest consumer when the ring stays full past the deadline.
+  // a slot, kTimeout naming the slowest consumer when the ring stays full past the deadline,
+  // kPeerFailed when that consumer's process died.
   void write(std::span<const std::byte> message, Deadline deadline);
   void close();
+  // Producer: closes the ring as failed; consumers that have drained it get kPeerFailed with
+  // `reason` (truncated to 255 bytes), so they report the producer's cause, not a bare close.
+  void fail(std::string_view reason);
   // Producer: waits until every consumer has read every message (so the segment may go).
   void wait_drained(Deadline deadline);
   // Consumer: the next message into `out`; false once the producer closed and all is read.
-  // kTimeout naming the channel when nothing arrives before the deadline.
-  bool read(std::vector<std::byte>& out, Deadline deadline);
+  // kTimeout naming the channel when nothing arrives before the deadline; kPeerFailed when
+  // the producer's process died without close().
+  // `cancel`, when given and set by another thread of this process (its rank failed),
+  // ends the wait with kPeerFailed at the next poll instead of at the deadline.
+  bool read(std::vector<std::byte>& out, Deadline deadline, const std::atomic<bool>* cancel = nullptr);
   // Consumer: like read() but returns false at once when no message is there yet.
   bool try_read(std::vector<std::byte>& out);
 
@@ -59,6 +71,10 @@ class ShmRing {
  private:
   ShmRing(std::string name, void* base, std::size_t bytes, bool owner, std::uint32_t index);
   std::byte* slot(std::uint64_t seq) const;
+  // Throw kPeerFailed naming the channel and pid when that peer process has died (checked
+  // during waits, every ~100 ms): the dead never move the counters a wait watches.
+  bool check_consumer(std::uint32_t c) const;
+  void check_producer() const;
 
   std::string name_;
   void* base_;

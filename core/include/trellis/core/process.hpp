@@ -1,0 +1,16 @@
+// Liveness of another process on this host, for waits on shared memory: a peer that dies
+// while we wait on a flag in a segment leaves no closed socket behind, so without this the
+// wait would only end at its deadline and could not say who died.
+#pragma once
+
+#include <cstdint>
+
+namespace trellis {
+
+// False only when `pid` certainly no longer runs: it does not exist, or it is a zombie
+// (dead, not yet reaped: kill(pid, 0) still succeeds on those). pid <= 0 means "not known"
+// and counts as alive. A process we may not signal (EPERM) counts as alive. Costs a system
+// call and a small read of /proc: callers check it every ~100 ms of waiting, not per poll.
+bool process_alive(std::int64_t pid);
+
+}  // namespace trellis
