@@ -200,12 +200,15 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   // Links, then one TP group per stage (collective: every rank builds each in order).
   auto links = connect_links(world, config, grid, pl, topo);
   std::unique_ptr<transport::Group> tp_group;
+  const auto link_plan = transport::plan_links(pl, transport::SelectionPolicy::from_config(config));
   for (int s = 0; s < o.pp; ++s) {
     std::vector<int> members;
     for (int j = 0; j < o.tp; ++j) members.push_back(grid.rank_at(s, j));
+    // --transport also steers the TP all-reduce (unless comm.coll_algorithm names one).
+    auto go = transport::follow_transport(transport::GroupOptions::from_config(config),
+                                          link_plan.tp_groups[static_cast<std::size_t>(s)]);
     auto g = o.tp == 1 ? (s == stage ? transport::make_single_group(me) : nullptr)
-                       : transport::make_group(world, members, transport::GroupOptions::from_config(config), config,
-                                               grid.host_of);
+                       : transport::make_group(world, members, go, config, grid.host_of);
     if (s == stage) tp_group = std::move(g);
   }
   // The collective algorithm each TP group settled on (make_group picks it from the members'

@@ -20,6 +20,7 @@
 #include "trellis/runtime/tokenizer/tokenizer.hpp"
 #include "trellis/runtime/workload/workload.hpp"
 #include "trellis/transport/collectives.hpp"
+#include "trellis/transport/selection.hpp"
 
 namespace trellis::runtime {
 namespace {
@@ -115,9 +116,15 @@ void load_shard(transport::Bootstrap& world, const Config& config, const Perplex
   for (int s = 0; s < o.pp; ++s) {  // collective: every rank builds every stage's group in order
     std::vector<int> members;
     for (int j = 0; j < o.tp; ++j) members.push_back(s * o.tp + j);
+    // --transport also steers the TP all-reduce, as in trellis run (the group's link class:
+    // shared memory when its members share a host, else the network).
+    bool one_host = true;
+    for (int m : members) one_host = one_host && hosts[static_cast<std::size_t>(m)] == hosts[static_cast<std::size_t>(members[0])];
+    auto choice = transport::choose_backend(one_host ? topology::LinkClass::kSharedMemory : topology::LinkClass::kTcp,
+                                            false, transport::SelectionPolicy::from_config(config));
+    auto go = transport::follow_transport(transport::GroupOptions::from_config(config), choice);
     auto g = o.tp == 1 ? (s == sh.stage ? transport::make_single_group(me) : nullptr)
-                       : transport::make_group(world, members, transport::GroupOptions::from_config(config), config,
-                                               hosts);
+                       : transport::make_group(world, members, go, config, hosts);
     if (s == sh.stage) sh.group = std::move(g);
   }
   sh.reader = o.model.empty() ? make_synthetic_reader(cfg, "F32", o.seed) : open_checkpoint(o.model);

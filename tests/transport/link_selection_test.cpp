@@ -55,6 +55,23 @@ TEST(LinkSelection, GlobalAndPerClassOverrides) {
   EXPECT_EQ(policy.describe(), "tcp,shm=mpi");
 }
 
+TEST(LinkSelection, TpCollectiveFollowsAnExplicitTransport) {
+  auto plan_for = [](const char* transport) {
+    return plan_links(make_placement(topology::RankKind::kCpu, {LinkClass::kSharedMemory}, {}),
+                      SelectionPolicy::parse(transport, false));
+  };
+  GroupOptions base;  // algorithm auto
+  EXPECT_EQ(follow_transport(base, plan_for("auto").tp_groups[0]).algorithm, Algorithm::kAuto);
+  auto tcp = follow_transport(base, plan_for("tcp").tp_groups[0]);
+  EXPECT_EQ(tcp.algorithm, Algorithm::kRing);
+  EXPECT_EQ(tcp.cross_host, Backend::kTcp);
+  EXPECT_EQ(follow_transport(base, plan_for("shm=mpi").tp_groups[0]).algorithm, Algorithm::kMpi);
+  EXPECT_EQ(follow_transport(base, plan_for("ucx").tp_groups[0]).cross_host, Backend::kUcx);
+  // An explicit collective algorithm wins over the link override.
+  base.algorithm = Algorithm::kShm;
+  EXPECT_EQ(follow_transport(base, plan_for("tcp").tp_groups[0]).algorithm, Algorithm::kShm);
+}
+
 TEST(LinkSelection, ImpossibleOverridesNameTheProblem) {
   auto expect_invalid = [](auto&& fn, const std::string& needle) {
     try {

@@ -7,6 +7,7 @@
 
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
+#include "trellis/transport/collectives.hpp"
 
 namespace trellis::transport {
 
@@ -115,6 +116,21 @@ LinkPlan plan_links(const topology::Placement& placement, const SelectionPolicy&
     plan.notes.push_back("nccl is not built here (no CUDA/NCCL): these GPU links cannot run on this build");
   if (policy.no_nvlink && any_nccl) plan.notes.push_back("--no-nvlink: NCCL runs with NCCL_P2P_DISABLE=1");
   return plan;
+}
+
+GroupOptions follow_transport(GroupOptions base, const LinkChoice& tp_group) {
+  if (!tp_group.overridden || base.algorithm != Algorithm::kAuto) return base;
+  switch (tp_group.backend) {
+    case Backend::kMpi: base.algorithm = Algorithm::kMpi; break;
+    case Backend::kShm: base.algorithm = Algorithm::kShm; break;
+    case Backend::kUcx:
+    case Backend::kTcp:
+      base.algorithm = Algorithm::kRing;
+      base.cross_host = tp_group.backend;
+      break;
+    default: break;  // nccl: GPU tensors, no CPU collective to redirect
+  }
+  return base;
 }
 
 LinkChoice choose_for_pair(const topology::Placement& placement, const topology::Topology& topo, int a, int b,

@@ -78,6 +78,15 @@ LinkChoice choose_for_pair(const topology::Placement& placement, const topology:
 //   stage 0 -> 1          tcp     -> ucx  (policy: ucx across hosts; RDMA where present)
 std::string format_link_plan(const LinkPlan& plan);
 
+// The options for a TP group's collective that honour an explicit --transport choice for
+// the group's link class (`tp_group`, from plan_links): when comm.coll_algorithm is auto
+// and the choice was overridden, the all-reduce runs over that backend too (mpi -> the MPI
+// group, shm -> the shm group, ucx/tcp -> the ring over those links), so `--transport tcp`
+// really sends the TP traffic over TCP. Otherwise (no override, an explicit algorithm, or
+// nccl, which has no CPU collective here) `base` is returned unchanged.
+struct GroupOptions;
+GroupOptions follow_transport(GroupOptions base, const LinkChoice& tp_group);
+
 // Environment variables a launcher must set before communication starts (name, value):
 // NCCL_P2P_DISABLE=1 under --no-nvlink. Empty when nothing is needed.
 std::vector<std::pair<std::string, std::string>> environment_for(const SelectionPolicy& policy);
