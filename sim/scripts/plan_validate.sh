@@ -38,7 +38,8 @@
 # KERNEL_THREADS (kernel threads per rank in the sweep, setting kernels.threads; default
 # all cores, as `trellis run` does), PIN (1: mpirun --bind-to core, each rank on its own
 # core, ranks beyond the cores overload them; in-host only), COMPUTE_CAL (forward|kernels),
-# SHUFFLE_SEED (the order of each repetition's grid; default 1).
+# SHUFFLE_SEED (the order of each repetition's grid; default 1), CONCURRENT (1: also
+# calibrate with 2 and 4 copies of the forward at once, departure 15), NICE (default -10 as root).
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR [OUT_DIR]}
 OUT=${2:-$(mktemp -d)}
@@ -96,7 +97,7 @@ PY
       local i
       for i in $(seq "$3"); do
         "$TRELLIS" --set "kernels.threads=$2" bench model --model "$OUT/ckpt_tp$1" --weights f32 --no-torch \
-          --prompt "$PROMPT" --steps "$GEN" --batches "$fb" --batch-reps 3 --triad-size 64MiB --json \
+          --prompt "$PROMPT" --steps "$GEN" --batches "$fb" --batch-reps 5 --triad-size 64MiB --json \
           >"$OUT/forward_tp$1_t$2_c$3_i$i.json" &
       done
       wait
@@ -104,9 +105,11 @@ PY
     for kt in 1 "$CORES"; do
       for tp in 1 2; do flock "$LOCK" "${PRI[@]}" bash -c "$(declare -f fwd); OUT='$OUT' TRELLIS='$TRELLIS' PROMPT=$PROMPT GEN=$GEN fb=$fb fwd $tp $kt 1"; done
     done
-    # The ranks a layout keeps busy at once: 2x1 with two microbatches (2 x the tp=1 shapes),
-    # 1x2 and 2x2 with one (2 x the tp=2 shard), 2x2 with two (4 x the tp=2 shard).
-    for tc in 1:2 2:2 2:4; do
+    # CONCURRENT=1 (departure 15): the ranks a layout keeps busy at once, measured as copies:
+    # 2x1 with two microbatches (2 x the tp=1 shapes), 1x2 and 2x2 with one (2 x the tp=2
+    # shard), 2x2 with two (4 x the tp=2 shard). Off by default: on this shared VM two copies
+    # measured faster each than one alone (docs/planner.md, round 3).
+    for tc in $([ "${CONCURRENT:-0}" = 1 ] && echo 1:2 2:2 2:4); do
       flock "$LOCK" "${PRI[@]}" bash -c "$(declare -f fwd); OUT='$OUT' TRELLIS='$TRELLIS' PROMPT=$PROMPT GEN=$GEN fb=$fb fwd ${tc%:*} $KERNEL_THREADS ${tc#*:}"
     done
   fi
@@ -283,9 +286,9 @@ sweep() {  # sweep CLUSTER_SPEC LAYOUTS LAUNCHER...
     load "$spec rep $rep"
     [ -z "$spec" ] || cluster_up
     REP=$rep
-    WARMUP_RUN=1 run_one 1 2 1 standard "$spec" "$@"  # page cache, MPI start-up paths, CPU clocks
+    WARMUP_RUN=1 run_one 1 2 1 standard "$spec" "$@" </dev/null  # page cache, MPI start-up paths, CPU clocks
     while read -r layout b v; do
-      run_one "${layout%x*}" "${layout#*x}" "$b" "$v" "$spec" "$@"
+      run_one "${layout%x*}" "${layout#*x}" "$b" "$v" "$spec" "$@" </dev/null  # (mpirun would eat the grid)
     done < <(grid "$layouts" "$rep")
     [ -z "$spec" ] || "$HERE/scripts/cluster" down >/dev/null
     flock -u 9
