@@ -91,26 +91,39 @@ int main(int argc, char** argv) {
       report(o, me, "muted");
       std::_Exit(0);
     }
+    // Every operation of the round is posted and waited for even after one failed: a
+    // survivor that skipped its sends to the other survivors (posting to the dead rank can
+    // throw before they are posted) or vanished at once would make the next survivor see
+    // *this* rank's silence or closed connection first and report it instead of the dead
+    // one (a race the test must not depend on; CI saw both).
     std::vector<RequestPtr> reqs;
     auto start = Clock::now();
-    try {
-      for (std::size_t i = 0; i < peers.size(); ++i) reqs.push_back(t->link(peers[i]).irecv(in[i], 1));
-      for (std::size_t i = 0; i < peers.size(); ++i) reqs.push_back(t->link(peers[i]).isend(out[i], 1));
-      auto deadline = Deadline::after_ms(o.deadline_ms);
-      for (auto& r : reqs) r->wait(deadline);
-    } catch (const Error& e) {
-      double s = std::chrono::duration<double>(Clock::now() - start).count();
-      std::fprintf(stderr, "rank %d: round %d failed after %.2f s: %s\n", me, round, s, e.what());
-      report(o, me, "fail " + std::to_string(s) + " " + e.what());
-      // Finish this round's other transfers before closing the links: a survivor that
-      // vanished at once would make the next survivor see *its* connection close first and
-      // report this rank instead of the dead one (a race the test must not depend on).
-      for (auto& r : reqs) {
-        try {
-          r->wait(Deadline::after_ms(500));
-        } catch (const Error&) {
-        }
+    std::string error;
+    double failed_after = 0;
+    auto note = [&](const Error& e) {
+      if (!error.empty()) return;
+      error = e.what();
+      failed_after = std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    for (std::size_t i = 0; i < peers.size(); ++i) try {
+        reqs.push_back(t->link(peers[i]).irecv(in[i], 1));
+      } catch (const Error& e) {
+        note(e);
       }
+    for (std::size_t i = 0; i < peers.size(); ++i) try {
+        reqs.push_back(t->link(peers[i]).isend(out[i], 1));
+      } catch (const Error& e) {
+        note(e);
+      }
+    auto deadline = Deadline::after_ms(o.deadline_ms);
+    for (auto& r : reqs) try {
+        r->wait(error.empty() ? deadline : Deadline::after_ms(500));
+      } catch (const Error& e) {
+        note(e);
+      }
+    if (!error.empty()) {
+      std::fprintf(stderr, "rank %d: round %d failed after %.2f s: %s\n", me, round, failed_after, error.c_str());
+      report(o, me, "fail " + std::to_string(failed_after) + " " + error);
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       reqs.clear();
       t.reset();
