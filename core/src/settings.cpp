@@ -42,7 +42,7 @@ constexpr std::array kSettings = {
                 "TRELLIS_COLL_ALGORITHM"},
     SettingSpec{"comm.coll_backend", T::kString, "ucx",
                 "Link backend the ring and hierarchical collectives use between hosts", "TRELLIS_COLL_BACKEND"},
-    SettingSpec{"comm.coll_shm_slot_bytes", T::kSize, "64KiB",
+    SettingSpec{"comm.coll_shm_slot_bytes", T::kSize, "256KiB",
                 "Bytes per rank per ring slot in a shm collective segment (messages go in pieces of this size)",
                 "TRELLIS_COLL_SHM_SLOT_BYTES"},
     SettingSpec{"comm.coll_shm_slots", T::kInt, "8",

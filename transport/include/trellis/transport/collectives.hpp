@@ -56,7 +56,7 @@ struct GroupOptions {
   Backend cross_host = Backend::kUcx;
   // Bytes per rank per ring slot in the shm segment: messages go through in pieces of this
   // size (cache-sized, so the ring stays in the caches while the pieces stream through).
-  std::size_t shm_slot_bytes = 64u << 10;
+  std::size_t shm_slot_bytes = 256u << 10;
   // Ring slots (K >= 2) per rank: up to K pieces are in flight, a rank filling piece s+1
   // while its peers reduce piece s; a slot is reused only after every member finished it.
   std::size_t shm_slots = 8;
