@@ -27,8 +27,8 @@
 # Timing holds /tmp/trellis-bench.lock in short chunks (each calibration step; one
 # repetition of a sweep, 1-2 minutes), released in between so other sessions can measure;
 # `uptime` at the start of each chunk goes to load.txt, and each run records the share of
-# the machine's CPU time that other processes took while it ran (/proc/stat busy time minus
-# this script's children's CPU time), so noisy repetitions can be told from quiet ones.
+# the machine's CPU time that niced processes (other sessions' builds) took while it ran
+# (/proc/stat), its mean TTFT and the 1-minute load.
 #
 # Environment: PRESET (synthetic model, default small), PROMPT (64), GEN (64), BATCHES
 # ("1 4 16"), VARIANTS ("standard parallel ladder"), REPS (3), RATE (200mbit), HOSTS2 (0),
@@ -226,40 +226,40 @@ fi
 
 # 2. the sweep
 rows="$OUT/rows.jsonl"
-# CPU seconds of the whole machine (busy jiffies / USER_HZ) and of this shell's children.
-machine_cpu() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{print ($2+$3+$4+$7+$8+$9)/hz}' /proc/stat; }
-# `times` runs in this shell (not a $(...) subshell, whose children start from zero).
-children_cpu() { tail -1 "$OUT/times.txt" | awk '{n=0; for(i=1;i<=2;i++){split($i,a,/[ms]/); n+=a[1]*60+a[2]} print n}'; }
+# CPU seconds the machine spent in niced (nice > 0) processes: the other sessions' builds
+# (they build at nice 10; the timed runs here are at nice -10 and count as "user"). The
+# children's rusage of mpirun does not hold its ranks' CPU time, so "everything but ours"
+# cannot be measured that way; the niced time is what can.
+machine_cpu() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{print $3/hz}' /proc/stat; }
 run_one() {  # run_one P T BATCH VARIANT CLUSTER_SPEC LAUNCHER...
   local p=$1 t=$2 b=$3 v=$4 spec=$5
   shift 5
   local vflag=()
   [ "$v" != standard ] && vflag=(--variant "$v")
   local m0 c0 w0 m1 c1 w1
-  times >"$OUT/times.txt"
-  m0=$(machine_cpu) c0=$(children_cpu) w0=$(date +%s.%N)
+  m0=$(machine_cpu) w0=$(date +%s.%N)
   if ! "${PRI[@]}" "$@" -np $((p * t)) "$TRELLIS" --set "kernels.threads=$KERNEL_THREADS" run --preset "$PRESET" --pp "$p" --tp "$t" "${vflag[@]}" \
       --workload "n=$b,in=$PROMPT,out=$GEN,seed=1" --max-seqs "$b" --json >"$OUT/run.json" 2>"$OUT/run.err"; then
     echo "skip p=$p t=$t batch $b $v: $(tail -1 "$OUT/run.err")" >&2
     return 0
   fi
-  times >"$OUT/times.txt"
-  m1=$(machine_cpu) c1=$(children_cpu) w1=$(date +%s.%N)
+  m1=$(machine_cpu) w1=$(date +%s.%N)
   [ "${WARMUP_RUN:-0}" = 1 ] && return 0  # the warm-up run of a lock hold is not recorded
-  "$PY" - "$OUT/run.json" "$p" "$t" "$b" "$v" "$spec" "$PROMPT" "$GEN" "$CORES" "$m0" "$m1" "$c0" "$c1" "$w0" "$w1" \
+  "$PY" - "$OUT/run.json" "$p" "$t" "$b" "$v" "$spec" "$PROMPT" "$GEN" "$CORES" "$m0" "$m1" "$w0" "$w1" \
     "$REP" "$PIN" >>"$rows" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); p, t, b, v, spec, pl, gl, cores = sys.argv[2:10]
-m0, m1, c0, c1, w0, w1 = map(float, sys.argv[10:16])
+m0, m1, w0, w1 = map(float, sys.argv[10:14])
 p, t, b = int(p), int(t), int(b)
 groups = -(-b // -(-b // p))  # the engine's groups hold ceil(b/p) sequences each
-# Share of the machine's CPU that processes other than this run took while it ran.
-others = max(0.0, (m1 - m0) - (c1 - c0)) / ((w1 - w0) * int(cores))
+# Share of the machine's CPU that niced processes (other sessions' builds) took meanwhile.
+background = min(1.0, max(0.0, m1 - m0) / ((w1 - w0) * int(cores)))
 row = {"pp": p, "tp": t, "batch": b, "variant": v, "microbatches": groups, "prompt_len": int(pl),
        "gen_len": int(gl), "tokens_per_s": r["throughput_tokens_per_s"], "tpot_ms": r["tpot"]["mean_s"] * 1e3,
-       "layout": r["layout"], "rep": int(sys.argv[16]), "others_cpu_share": round(others, 4),
+       "ttft_ms": r["ttft"]["mean_s"] * 1e3,
+       "layout": r["layout"], "rep": int(sys.argv[14]), "background_cpu_share": round(background, 4),
        "wall_s": round(w1 - w0, 3), "load1": float(open("/proc/loadavg").read().split()[0]),
-       "pinned": sys.argv[17] == "1"}
+       "pinned": sys.argv[15] == "1"}
 if spec:
     row["cluster"] = spec
     row["ranks_per_host"] = max(1, p * t // 2)
@@ -351,8 +351,9 @@ for key, rs in groups.items():
     row["repetitions"] = len(rs)
     row["tokens_per_s_reps"] = [x["tokens_per_s"] for x in rs]
     row["tpot_ms_reps"] = [x["tpot_ms"] for x in rs]
-    row["others_cpu_share_reps"] = [x.get("others_cpu_share") for x in rs]
-    for k in ("rep", "others_cpu_share", "wall_s", "load1"): row.pop(k, None)
+    if all("ttft_ms" in x for x in rs): row["ttft_ms"] = statistics.median(x["ttft_ms"] for x in rs)
+    row["background_cpu_share_reps"] = [x.get("background_cpu_share") for x in rs]
+    for k in ("rep", "others_cpu_share", "background_cpu_share", "wall_s", "load1"): row.pop(k, None)
     runs.append(row)
 json.dump({"schema": "trellis.measurements.v1", "runs": runs}, open(sys.argv[2], "w"), indent=2)
 PY

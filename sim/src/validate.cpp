@@ -88,6 +88,7 @@ std::vector<Measurement> parse_measurements(const std::string& text, const std::
     m.gen_len = static_cast<int>(number(r, "gen_len", p, origin, false));
     m.tokens_per_s = number(r, "tokens_per_s", p, origin, true);
     m.tpot_s = number(r, "tpot_ms", p, origin, true) * 1e-3;
+    m.ttft_s = number(r, "ttft_ms", p, origin, false) * 1e-3;
     for (const auto& [key, scale, dst] : {std::tuple{"tokens_per_s_reps", 1.0, &m.tokens_per_s_reps},
                                           std::tuple{"tpot_ms_reps", 1e-3, &m.tpot_s_reps}}) {
       if (!r.contains(key)) continue;
@@ -99,14 +100,14 @@ std::vector<Measurement> parse_measurements(const std::string& text, const std::
         dst->push_back(v.get<double>() * scale);
       }
     }
-    if (r.contains("others_cpu_share_reps")) {
-      const json& o = r["others_cpu_share_reps"];
-      if (!o.is_array()) bad(origin, p + "others_cpu_share_reps", "must be an array of numbers in [0, 1]");
+    if (r.contains("background_cpu_share_reps")) {
+      const json& o = r["background_cpu_share_reps"];
+      if (!o.is_array()) bad(origin, p + "background_cpu_share_reps", "must be an array of numbers in [0, 1]");
       for (std::size_t k = 0; k < o.size(); ++k) {
         if (o[k].is_null()) continue;  // a repetition recorded before the field existed
         if (!o[k].is_number() || o[k].get<double>() < 0 || o[k].get<double>() > 1)
-          bad(origin, p + "others_cpu_share_reps[" + std::to_string(k) + "]", "must be a number in [0, 1]");
-        m.others_cpu_share_reps.push_back(o[k].get<double>());
+          bad(origin, p + "background_cpu_share_reps[" + std::to_string(k) + "]", "must be a number in [0, 1]");
+        m.background_cpu_share_reps.push_back(o[k].get<double>());
       }
     }
     if (r.contains("variant")) {
@@ -186,10 +187,10 @@ ValidationReport validate(const PlanRequest& request, const std::vector<Measurem
   rep.median_rep_deviation = quantile(noise, 0.5);
   rep.p90_rep_deviation = quantile(noise, 0.9);
   std::vector<double> others;
-  for (const auto& m : runs) others.insert(others.end(), m.others_cpu_share_reps.begin(), m.others_cpu_share_reps.end());
+  for (const auto& m : runs) others.insert(others.end(), m.background_cpu_share_reps.begin(), m.background_cpu_share_reps.end());
   if (!others.empty()) {
-    rep.median_others_share = quantile(others, 0.5);
-    rep.p90_others_share = quantile(others, 0.9);
+    rep.median_background_share = quantile(others, 0.5);
+    rep.p90_background_share = quantile(others, 0.9);
   }
   for (const auto& [name, idx] : groups) {
     if (idx.size() < 2) continue;
@@ -212,13 +213,18 @@ ValidationReport validate(const PlanRequest& request, const std::vector<Measurem
 }
 
 std::string format_validation(const ValidationReport& rep) {
-  std::string s = fmt::format("{:>3} {:>3} {:<9} {:>5} {:>12} {:>12} {:>7} {:>9} {:>9} {:>7}  {}\n", "p", "t", "variant",
-                              "batch", "meas tok/s", "pred tok/s", "err", "meas TPOT", "pred TPOT", "err", "cluster");
+  // Measured TTFT (when the file has it) beside the prediction: not in the error summary
+  // (the targets are on tokens/s and TPOT), but it tells a prefill error from a decode one.
+  const bool ttft = std::any_of(rep.rows.begin(), rep.rows.end(), [](const auto& r) { return r.measured.ttft_s > 0; });
+  std::string s = fmt::format("{:>3} {:>3} {:<9} {:>5} {:>12} {:>12} {:>7} {:>9} {:>9} {:>7}{}  {}\n", "p", "t", "variant",
+                              "batch", "meas tok/s", "pred tok/s", "err", "meas TPOT", "pred TPOT", "err",
+                              ttft ? fmt::format(" {:>9} {:>9}", "meas TTFT", "pred TTFT") : std::string(), "cluster");
   for (const auto& r : rep.rows) {
     const auto& m = r.measured;
-    s += fmt::format("{:>3} {:>3} {:<9} {:>5} {:>12.1f} {:>12.1f} {:>+6.0f}% {:>7.2f}ms {:>7.2f}ms {:>+6.0f}%  {}\n", m.p,
+    s += fmt::format("{:>3} {:>3} {:<9} {:>5} {:>12.1f} {:>12.1f} {:>+6.0f}% {:>7.2f}ms {:>7.2f}ms {:>+6.0f}%{}  {}\n", m.p,
                      m.t, to_string(m.variant), m.batch, m.tokens_per_s, r.predicted.tokens_per_s,
                      100 * r.tokens_error, m.tpot_s * 1e3, r.predicted.tpot_s * 1e3, 100 * r.tpot_error,
+                     ttft ? fmt::format(" {:>7.1f}ms {:>7.1f}ms", m.ttft_s * 1e3, r.predicted.ttft_s * 1e3) : std::string(),
                      m.cluster.empty() ? "-" : m.cluster);
   }
   s += fmt::format("median |error| {:.1f}% (target <= 15%), p90 |error| {:.1f}% (target <= 30%)\n",
@@ -227,9 +233,10 @@ std::string format_validation(const ValidationReport& rep) {
     s += fmt::format("measurement noise: single repetitions (up to {}) lie {:.1f}% (median) and {:.1f}% (p90) from "
                      "their row's median\n",
                      rep.repetitions, 100 * rep.median_rep_deviation, 100 * rep.p90_rep_deviation);
-  if (rep.median_others_share >= 0)
-    s += fmt::format("other processes took {:.1f}% (median) and {:.1f}% (p90) of the machine's CPU during the runs\n",
-                     100 * rep.median_others_share, 100 * rep.p90_others_share);
+  if (rep.median_background_share >= 0)
+    s += fmt::format("niced background processes (builds) took {:.1f}% (median) and {:.1f}% (p90) of the machine's CPU "
+                     "during the runs\n",
+                     100 * rep.median_background_share, 100 * rep.p90_background_share);
   s += fmt::format("top pick within 5% of the measured best in {} of {} workloads\n", rep.top_pick_ok,
                    rep.top_pick_groups);
   for (const auto& n : rep.notes) s += "note: " + n + "\n";

@@ -82,23 +82,35 @@ TEST(Validate, RepetitionsGiveTheMeasurementNoiseFloor) {
                Error);
 }
 
-TEST(Validate, OthersCpuShareIsReportedBesideTheNoise) {
+TEST(Validate, MeasuredTtftIsShownBesideThePrediction) {
+  const auto runs = parse_measurements(
+      R"({"schema": "trellis.measurements.v1", "runs": [{"pp": 1, "tp": 1, "batch": 4, "tokens_per_s": 100,
+          "tpot_ms": 10, "ttft_ms": 123.4}]})",
+      "m.json");
+  EXPECT_DOUBLE_EQ(runs[0].ttft_s, 0.1234);
+  const std::string table = format_validation(validate(cpu_request(), runs));
+  EXPECT_NE(table.find("meas TTFT"), std::string::npos);
+  EXPECT_NE(table.find("123.4ms"), std::string::npos);
+}
+
+TEST(Validate, BackgroundCpuShareIsReportedBesideTheNoise) {
   const auto runs = parse_measurements(
       R"({"schema": "trellis.measurements.v1", "runs": [{"pp": 1, "tp": 1, "batch": 4, "tokens_per_s": 100,
           "tpot_ms": 10, "tokens_per_s_reps": [100, 100], "tpot_ms_reps": [10, 10],
-          "others_cpu_share_reps": [0.0, null, 0.5]}]})",
+          "background_cpu_share_reps": [0.0, null, 0.5]}]})",
       "m.json");
-  ASSERT_EQ(runs[0].others_cpu_share_reps.size(), 2u);  // null: not recorded
+  ASSERT_EQ(runs[0].background_cpu_share_reps.size(), 2u);  // null: not recorded
+  EXPECT_EQ(format_validation(validate(cpu_request(), runs)).find("meas TTFT"), std::string::npos);  // not measured
   ValidationReport rep = validate(cpu_request(), runs);
-  EXPECT_NEAR(rep.median_others_share, 0.25, 1e-12);
-  EXPECT_NEAR(rep.p90_others_share, 0.45, 1e-12);
-  EXPECT_NE(format_validation(rep).find("other processes took 25.0%"), std::string::npos);
+  EXPECT_NEAR(rep.median_background_share, 0.25, 1e-12);
+  EXPECT_NEAR(rep.p90_background_share, 0.45, 1e-12);
+  EXPECT_NE(format_validation(rep).find("niced background processes (builds) took 25.0%"), std::string::npos);
   try {
     parse_measurements(R"({"schema": "trellis.measurements.v1", "runs": [{"pp": 1, "tp": 1, "batch": 1,
-                           "tokens_per_s": 1, "tpot_ms": 1, "others_cpu_share_reps": [2]}]})", "m.json");
+                           "tokens_per_s": 1, "tpot_ms": 1, "background_cpu_share_reps": [2]}]})", "m.json");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("runs[0].others_cpu_share_reps[0]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("runs[0].background_cpu_share_reps[0]"), std::string::npos) << e.what();
   }
 }
 

@@ -7,7 +7,7 @@
 //                 "prompt_len": 64, "gen_len": 32, "cluster": "hosts=2,nics=1x1g-eth",
 //                 "ranks_per_host": 2, "shared_cores": 2, "tokens_per_s": 123.4, "tpot_ms": 31.0,
 //                 "tokens_per_s_reps": [120.1, 123.4, 140.0], "tpot_ms_reps": [...],
-//                 "others_cpu_share_reps": [0.01, 0.0, 0.2] }, ... ] }
+//                 "background_cpu_share_reps": [0.01, 0.0, 0.2] }, ... ] }
 //
 // tokens_per_s is what `trellis run` reports: generated tokens over the wall time of the
 // generation, prefill included (the planner's tokens_per_s); tpot_ms its mean TPOT.
@@ -36,11 +36,13 @@ struct Measurement {
                                      // (emulated hosts); they share them (departure 11)
   double tokens_per_s = 0;
   double tpot_s = 0;
+  double ttft_s = 0;  // optional (0: not measured): mean time to first token, shown beside the prediction
   // Optional: every repetition behind the (median) figures above, to state the noise floor.
   std::vector<double> tokens_per_s_reps, tpot_s_reps;
-  // Optional, per repetition: the share of the machine's CPU other processes took while it
-  // ran (0..1), so the noise can be set beside how busy the machine was.
-  std::vector<double> others_cpu_share_reps;
+  // Optional, per repetition: the share of the machine's CPU that niced (nice > 0) processes
+  // took while it ran (0..1): other sessions' builds, which this shared machine runs at
+  // nice 10; so the noise can be set beside how busy the machine was.
+  std::vector<double> background_cpu_share_reps;
 };
 
 struct ValidationRow {
@@ -59,8 +61,8 @@ struct ValidationReport {
   // bounds how closely any model can be shown to agree.
   double median_rep_deviation = 0, p90_rep_deviation = 0;
   int repetitions = 0;
-  // Others' CPU share over every repetition that recorded it (-1: none did).
-  double median_others_share = -1, p90_others_share = -1;
+  // Niced background CPU share over every repetition that recorded it (-1: none did).
+  double median_background_share = -1, p90_background_share = -1;
   // Per workload (batch, lengths, cluster): did the predicted best layout measure within
   // 5% of the measured best?
   int top_pick_groups = 0, top_pick_ok = 0;
