@@ -2,14 +2,18 @@
 // and the factory that picks one (make_group).
 //
 // Algorithms (Group::describe() names them):
-//  * "shm"  — every member on one host. One shared-memory segment per group holds, for each
-//    of two parities, one slot per rank. A rank copies its input into its slot and publishes
-//    a sequence number; small messages are then summed by every rank over all slots
-//    ("one-shot"), larger ones are reduce-scattered (rank r sums chunk r of every slot, in
-//    rank order, into its own slot) and all-gathered from the slots ("two-shot"). This is
-//    the CPU analogue of vLLM's custom all-reduce: no copies through a transport, two
-//    synchronisations, all ranks reducing in parallel. Broadcast, all-gather and barrier
-//    use the same slots and flags.
+//  * "shm"  — every member on one host. One shared-memory segment per group holds a ring of
+//    K slots per rank (GroupOptions::shm_slots x shm_slot_bytes); a message goes through in
+//    pieces of one slot, each piece in three phases that end with a per-rank flag: fill
+//    (copy into my slot what the peers need), reduce, drain (read the peers' slots). Small
+//    messages are summed by every rank over all slots ("one-shot"); larger ones are
+//    reduce-scattered (rank r sums chunk r, in rank order, its own contribution read from
+//    its buffer, into its buffer and its slot) and all-gathered from the slots
+//    ("two-shot"). The only rule between pieces is that a slot is written again only after
+//    every member finished the piece K before, so pieces pipeline: a rank fills piece s+1
+//    while its peers still reduce piece s. This is the CPU analogue of vLLM's custom
+//    all-reduce: no copies through a transport, all ranks reducing in parallel. Broadcast,
+//    all-gather and barrier use the same slots and flags.
 //  * "ring" — members on different hosts, one per host, connected by Links (UCX across
 //    hosts by default). Recursive doubling for small messages when the size is a power of
 //    two (log2 P steps), the bandwidth-optimal ring (reduce-scatter + all-gather,
