@@ -38,13 +38,23 @@
 # KERNEL_THREADS (kernel threads per rank in the sweep, setting kernels.threads; default
 # all cores, as `trellis run` does), PIN (1: mpirun --bind-to core, each rank on its own
 # core, ranks beyond the cores overload them; in-host only), COMPUTE_CAL (forward|kernels),
-# SHUFFLE_SEED (the order of each repetition's grid; default 1), CONCURRENT (1: also
+# CAL_IN_SWEEP (default 1: each in-host repetition also measures the forward's rates, one
+# round at tp 1 and 2 and 1 and all threads, and those replace the calibration step's, so
+# the rates and the runs they predict see the same machine), SHUFFLE_SEED (the order of each
+# repetition's grid; default 1), CONCURRENT (1: also
 # calibrate with 2 and 4 copies of the forward at once, departure 15), NICE (default -10 as root).
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR [OUT_DIR]}
 OUT=${2:-$(mktemp -d)}
+HERE=${PV_HERE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+mkdir -p "$OUT"
+# Run from a private copy: bash reads a script as it goes, so an edit of this file during a
+# sweep of half an hour would otherwise change what the running sweep executes.
+if [ -z "${PV_HERE:-}" ]; then
+  cp "${BASH_SOURCE[0]}" "$OUT/plan_validate.sh"
+  PV_HERE=$HERE exec bash "$OUT/plan_validate.sh" "$(realpath "$BUILD")" "$OUT"
+fi
 TRELLIS=$(realpath "$BUILD/launchers/trellis")
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 MPI="$HERE/scripts/mpirun-local"
 LOCK=/tmp/trellis-bench.lock
 PRESET=${PRESET:-small} PROMPT=${PROMPT:-64} GEN=${GEN:-64} REPS=${REPS:-3}
@@ -70,6 +80,17 @@ load() { echo "$(date -u +%H:%M:%S) $1: $(uptime | sed 's/.*load/load/')" >>"$OU
 # The model the planner predicts: the preset's config.json.
 "$TRELLIS" make-model --preset "$PRESET" --out "$OUT/model" >/dev/null
 
+# Rows the sweep's microbatches have: decode B/m sequences, prefill B/m x PROMPT tokens.
+fb=$("$PY" -c "import sys; b=sorted({-(-x//m) for x in map(int, sys.argv[1].split()) for m in (1, 2)}); print(','.join(map(str, b)))" "$BATCHES")
+fwd() {  # fwd TP THREADS COPIES [REPS TAG]: COPIES instances of the forward at once (departure 15)
+  local i
+  for i in $(seq "$3"); do
+    "$TRELLIS" --set "kernels.threads=$2" bench model --model "$OUT/ckpt_tp$1" --weights f32 --no-torch \
+      --prompt "$PROMPT" --steps "$GEN" --batches "$fb" --batch-reps "${4:-5}" --triad-size 64MiB --json \
+      >"$OUT/forward_tp$1_t$2_c$3_${5:-i}$i.json" &
+  done
+  wait
+}
 # 1. calibration
 if [ "$SKIP_CALIBRATION" != 1 ]; then
   load "calibration start"
@@ -90,18 +111,7 @@ PY
     # shellcheck disable=SC2046
     [ -f "$OUT/ckpt_tp2/config.json" ] || "$TRELLIS" make-model --preset "$PRESET" --dtype f32 $(cat "$OUT/shard_args.txt") \
       --out "$OUT/ckpt_tp2" >/dev/null
-    # Rows the sweep's microbatches have: decode B/m sequences, prefill B/m x PROMPT tokens.
-    fb=$("$PY" -c "import sys; b=sorted({-(-x//m) for x in map(int, sys.argv[1].split()) for m in (1, 2)}); print(','.join(map(str, b)))" "$BATCHES")
     rm -f "$OUT"/forward_tp*.json
-    fwd() {  # fwd TP THREADS COPIES: COPIES instances of the forward at once (departure 15)
-      local i
-      for i in $(seq "$3"); do
-        "$TRELLIS" --set "kernels.threads=$2" bench model --model "$OUT/ckpt_tp$1" --weights f32 --no-torch \
-          --prompt "$PROMPT" --steps "$GEN" --batches "$fb" --batch-reps 5 --triad-size 64MiB --json \
-          >"$OUT/forward_tp$1_t$2_c$3_i$i.json" &
-      done
-      wait
-    }
     for kt in 1 "$CORES"; do
       for tp in 1 2; do flock "$LOCK" "${PRI[@]}" bash -c "$(declare -f fwd); OUT='$OUT' TRELLIS='$TRELLIS' PROMPT=$PROMPT GEN=$GEN fb=$fb fwd $tp $kt 1"; done
     done
@@ -133,7 +143,10 @@ PY
   done
   load "calibration end"
 fi
-if [ "$COMPUTE_CAL" = forward ] && [ -f "$OUT/forward_tp1_t1_c1_i1.json" ]; then
+# Folds the measured compute into calibration.json (run again after the sweep when the sweep
+# measured the forward in its own repetitions: CAL_IN_SWEEP).
+compute_calibration() {
+if [ "$COMPUTE_CAL" = forward ] && [ -f "$OUT/forward_tp1_t1_c1_i1.json" -o -f "$OUT/forward_tp1_t1_c1_r1.json" ]; then
   "$PY" - "$OUT" "$CORES" "$KERNEL_THREADS" "$PROMPT" <<'PY'
 import json, re, statistics, sys, glob
 out, cores, threads, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -144,15 +157,18 @@ def linear_params(c):
     h, q, kv = c["hidden_size"], c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
     return c["num_hidden_layers"] * (h * (q + 2 * kv) + q * h + 3 * h * c["intermediate_size"]) + c["vocab_size"] * h
 points, flops, triad = [], [], []
-runs = {}  # (tp, threads, copies) -> the copies' JSON
-for path in sorted(glob.glob(f"{out}/forward_tp*_t*_c*_i*.json")):
-    tp, t, c = (int(x) for x in re.match(r".*forward_tp(\d+)_t(\d+)_c(\d+)_i", path).groups())
+runs = {}  # (tp, threads, copies) -> the copies' (or the sweep repetitions') JSON
+# Measured inside the sweep's repetitions (CAL_IN_SWEEP) when there are such files: the same
+# machine states as the runs they predict; else the calibration step's.
+files = sorted(glob.glob(f"{out}/forward_tp*_t*_c*_r*.json")) or sorted(glob.glob(f"{out}/forward_tp*_t*_c*_i*.json"))
+for path in files:
+    tp, t, c = (int(x) for x in re.match(r".*forward_tp(\d+)_t(\d+)_c(\d+)_[ir]", path).groups())
     runs.setdefault((tp, t, c), []).append(json.load(open(path)))
 for (tp, t, copies), fs in sorted(runs.items()):
     params = linear_params(json.load(open(f"{out}/ckpt_tp{tp}/config.json")))
     if copies == 1: triad.append(fs[0]["triad_GBps_median"] * 1e9)
     for k, b in enumerate(fs[0]["batches"]):
-        # One copy's time: the median over the copies that ran at once.
+        # One copy's time: the median over the copies that ran at once (or the repetitions).
         step = statistics.median(f["batches"][k]["decode_step_s"] for f in fs)
         pre = statistics.median(f["batches"][k]["prefill_s"] for f in fs)
         # Decode: B rows, attention over the mean context of the timed steps.
@@ -224,6 +240,8 @@ json.dump(cal, open(f"{out}/calibration.json", "w"), indent=2)
 PY
 fi
 
+}
+compute_calibration
 # 2. the sweep
 rows="$OUT/rows.jsonl"
 # CPU seconds the machine spent in niced (nice > 0) processes: the other sessions' builds
@@ -287,6 +305,12 @@ sweep() {  # sweep CLUSTER_SPEC LAYOUTS LAUNCHER...
     [ -z "$spec" ] || cluster_up
     REP=$rep
     WARMUP_RUN=1 run_one 1 2 1 standard "$spec" "$@" </dev/null  # page cache, MPI start-up paths, CPU clocks
+    if [ -z "$spec" ] && [ "$COMPUTE_CAL" = forward ] && [ "${CAL_IN_SWEEP:-1}" = 1 ]; then
+      # The forward's rates measured in this same hold of the lock, one round per repetition.
+      local kt tp
+      for kt in 1 "$CORES"; do for tp in 1 2; do "${PRI[@]}" bash -c "$(declare -f fwd); OUT='$OUT' \
+        TRELLIS='$TRELLIS' PROMPT=$PROMPT GEN=$GEN fb=$fb fwd $tp $kt 1 1 r${rep}x" </dev/null; done; done
+    fi
     while read -r layout b v; do
       run_one "${layout%x*}" "${layout#*x}" "$b" "$v" "$spec" "$@" </dev/null  # (mpirun would eat the grid)
     done < <(grid "$layouts" "$rep")
@@ -333,6 +357,7 @@ PY
     fi
   fi
   load "sweep end"
+  compute_calibration
 fi
 # Median over the repetitions of each (layout, batch, variant, cluster).
 "$PY" - "$rows" "$OUT/measurements.json" <<'PY'
