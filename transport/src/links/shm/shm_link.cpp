@@ -21,6 +21,7 @@
 
 #include "src/links/common.hpp"
 #include "src/links/shm/shm_ring.hpp"
+#include "src/wait.hpp"
 #include "trellis/core/strings.hpp"
 
 namespace trellis::transport::links {
@@ -158,6 +159,7 @@ class ShmLink final : public Link {
       if (chunk) std::memcpy(out_data_ + pos + kHeaderBytes, op.data.data() + op.sent, chunk);
       head_ += align_up(kHeaderBytes + chunk);
       out_->head.store(head_, std::memory_order_release);
+      detail::note_progress();
       op.sent += chunk;
       front_started_ = true;
       if (op.sent == op.data.size()) {
@@ -199,6 +201,7 @@ class ShmLink final : public Link {
       deliver(in_data_ + pos + kHeaderBytes, h->len);
       tail_ += align_up(kHeaderBytes + h->len);
       in_->tail.store(tail_, std::memory_order_release);
+      detail::note_progress();
     }
   }
 

@@ -16,6 +16,7 @@
 #include "src/links/common.hpp"
 #include "src/links/tcp/tcp_testing.hpp"
 #include "src/links/tcp/tcp_wire.hpp"
+#include "src/wait.hpp"
 
 namespace trellis::transport::links {
 
@@ -139,6 +140,7 @@ class TcpLink final : public Link {
         if (!would_block(ec)) fail_io(ec, "write");
         return;
       }
+      if (wrote > 0) detail::note_progress();
       o.offset += wrote;
       o.op->sent = o.offset > kFrameHeaderBytes ? o.offset - kFrameHeaderBytes : 0;
       if (o.offset < total) return;  // the socket buffer is full; try again later
@@ -180,6 +182,7 @@ class TcpLink final : public Link {
         if (!would_block(ec)) fail_io(ec, "read");
         return;
       }
+      detail::note_progress();
       advance(n);
     }
   }
@@ -197,6 +200,7 @@ class TcpLink final : public Link {
       return false;
     }
     end_ += n;
+    detail::note_progress();
     return true;
   }
   std::size_t read_discard(std::size_t remaining, boost::system::error_code& ec) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "src/links/common.hpp"
+#include "src/wait.hpp"
 
 namespace trellis::transport::links {
 namespace {
@@ -106,7 +107,7 @@ class UcxRequest final : public LinkRequest {
   bool test() override {
     if (!req_) return true;
     if (!finished()) {
-      ucp_worker_progress(worker_);
+      if (ucp_worker_progress(worker_) != 0) detail::note_progress();
       if (!finished()) {
         // A tag receive is not tied to an endpoint; the peer's failure is.
         if ((++polls_ & 255) == 0) peer_.check_alive();
@@ -326,7 +327,9 @@ class UcxTransport final : public Transport {
       throw_error(ErrorCode::kInvalidArgument, "ucx transport has no link to rank {} (not in its peer list)", peer);
     return *it->second;
   }
-  void progress() override { ucp_worker_progress(worker_); }
+  void progress() override {
+    if (ucp_worker_progress(worker_) != 0) detail::note_progress();
+  }
   std::unique_ptr<Registration> register_buffer(std::span<std::byte> data) override {
     if (data.empty()) return Transport::register_buffer(data);
     ucp_mem_map_params_t mp{};
