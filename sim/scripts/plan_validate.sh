@@ -38,7 +38,7 @@
 # KERNEL_THREADS (kernel threads per rank in the sweep, setting kernels.threads; default
 # all cores, as `trellis run` does), PIN (1: mpirun --bind-to core, each rank on its own
 # core, ranks beyond the cores overload them; in-host only), COMPUTE_CAL (forward|kernels),
-# CAL_IN_SWEEP (default 1: each in-host repetition also measures the forward's rates, one
+# CAL_IN_SWEEP (default 1: each repetition also measures the forward's rates, one
 # round at tp 1 and 2 and 1 and all threads, and those replace the calibration step's, so
 # the rates and the runs they predict see the same machine), SHUFFLE_SEED (the order of each
 # repetition's grid; default 1), CONCURRENT (1: also
@@ -50,9 +50,13 @@ HERE=${PV_HERE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 mkdir -p "$OUT"
 # Run from a private copy: bash reads a script as it goes, so an edit of this file during a
 # sweep of half an hour would otherwise change what the running sweep executes.
+# It also runs in a session of its own (setsid): with the kernel's autogroup scheduling
+# (/proc/sys/kernel/sched_autogroup_enabled = 1 here) CPU time is shared fairly between
+# sessions first and niceness only counts inside one, so the other sessions' "nice 10"
+# builds competed with the timed ranks as equals; the session's autogroup gets NICE below.
 if [ -z "${PV_HERE:-}" ]; then
   cp "${BASH_SOURCE[0]}" "$OUT/plan_validate.sh"
-  PV_HERE=$HERE exec bash "$OUT/plan_validate.sh" "$(realpath "$BUILD")" "$OUT"
+  PV_HERE=$HERE exec setsid -w bash "$OUT/plan_validate.sh" "$(realpath "$BUILD")" "$OUT"
 fi
 TRELLIS=$(realpath "$BUILD/launchers/trellis")
 MPI="$HERE/scripts/mpirun-local"
@@ -62,11 +66,14 @@ BATCHES=${BATCHES:-"1 4 16"} VARIANTS=${VARIANTS:-"standard parallel ladder"} RA
 HOSTS2=${HOSTS2:-0} SKIP_CALIBRATION=${SKIP_CALIBRATION:-0} SKIP_SWEEP=${SKIP_SWEEP:-0}
 RATE_G=${RATE_G:-0.2}  # the same rate in Gbit/s, for the synthetic spec of the two emulated hosts
 COMPUTE_CAL=${COMPUTE_CAL:-forward} PIN=${PIN:-0} SHUFFLE_SEED=${SHUFFLE_SEED:-1}
-# Every timed command runs at this niceness (default -10 as root): other sessions build at
-# nice 10, so under CFS a timed rank then gets ~99% of a core it shares with a compiler
-# instead of ~80% at nice 0. The lock already keeps other measurements away.
+# Every timed command runs at this niceness (default -10 as root), and so does this
+# session's autogroup: other sessions build at nice 10 in their own autogroups, so only the
+# autogroup's nice ranks the timed ranks above them. The lock keeps other measurements away.
 NICE=${NICE:-$([ "$(id -u)" = 0 ] && echo -10 || echo 0)}
 PRI=(nice -n "$NICE")
+if [ -w /proc/self/autogroup ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ]; then
+  echo "$NICE" >/proc/self/autogroup 2>/dev/null || echo "cannot set this session's autogroup nice to $NICE" >&2
+fi
 CORES=$(nproc)
 KERNEL_THREADS=${KERNEL_THREADS:-$CORES}
 PY=/usr/bin/python3
@@ -146,7 +153,7 @@ fi
 # Folds the measured compute into calibration.json (run again after the sweep when the sweep
 # measured the forward in its own repetitions: CAL_IN_SWEEP).
 compute_calibration() {
-if [ "$COMPUTE_CAL" = forward ] && [ -f "$OUT/forward_tp1_t1_c1_i1.json" -o -f "$OUT/forward_tp1_t1_c1_r1.json" ]; then
+if [ "$COMPUTE_CAL" = forward ] && compgen -G "$OUT/forward_tp1_t1_c1_*.json" >/dev/null; then
   "$PY" - "$OUT" "$CORES" "$KERNEL_THREADS" "$PROMPT" <<'PY'
 import json, re, statistics, sys, glob
 out, cores, threads, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -305,11 +312,12 @@ sweep() {  # sweep CLUSTER_SPEC LAYOUTS LAUNCHER...
     [ -z "$spec" ] || cluster_up
     REP=$rep
     WARMUP_RUN=1 run_one 1 2 1 standard "$spec" "$@" </dev/null  # page cache, MPI start-up paths, CPU clocks
-    if [ -z "$spec" ] && [ "$COMPUTE_CAL" = forward ] && [ "${CAL_IN_SWEEP:-1}" = 1 ]; then
-      # The forward's rates measured in this same hold of the lock, one round per repetition.
-      local kt tp
+    if [ "$COMPUTE_CAL" = forward ] && [ "${CAL_IN_SWEEP:-1}" = 1 ]; then
+      # The forward's rates measured in this same hold of the lock, one round per repetition
+      # (on this machine's own namespace; the emulated hosts share its cores).
+      local kt tp tag=r${rep}${spec:+h}x
       for kt in 1 "$CORES"; do for tp in 1 2; do "${PRI[@]}" bash -c "$(declare -f fwd); OUT='$OUT' \
-        TRELLIS='$TRELLIS' PROMPT=$PROMPT GEN=$GEN fb=$fb fwd $tp $kt 1 1 r${rep}x" </dev/null; done; done
+        TRELLIS='$TRELLIS' PROMPT=$PROMPT GEN=$GEN fb=$fb fwd $tp $kt 1 1 $tag" </dev/null; done; done
     fi
     while read -r layout b v; do
       run_one "${layout%x*}" "${layout#*x}" "$b" "$v" "$spec" "$@" </dev/null  # (mpirun would eat the grid)
