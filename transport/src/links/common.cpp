@@ -64,17 +64,6 @@ std::string host_identity(const Bootstrap& world) {
   return world.hostname() + "/" + boot;
 }
 
-// kill(pid, 0) succeeds on a zombie, so the state letter in /proc decides.
-bool process_alive(std::int64_t pid) {
-  if (pid <= 0) return true;  // not known
-  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  auto paren = line.rfind(')');
-  return !(paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X'));
-}
-
 void TagMatcher::post(const std::shared_ptr<RecvOp>& op, const OpInfo& info) {
   auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
                          [&](const UnexpectedMessage& m) { return m.tag == op->tag; });

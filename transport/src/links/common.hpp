@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "trellis/core/process.hpp"
 #include "trellis/core/config.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/transport/bootstrap.hpp"
@@ -62,8 +63,8 @@ std::string job_token(Bootstrap& world, Deadline deadline);
 // "hostname/boot-id": equal for two ranks exactly when they share a kernel and a hostname
 // (the emulated cluster's hosts share a kernel but not a hostname).
 std::string host_identity(const Bootstrap& world);
-// Whether a process of this host still runs (a zombie counts as dead).
-bool process_alive(std::int64_t pid);
+// Whether a process of this host still runs: core's (a zombie counts as dead).
+using ::trellis::process_alive;
 
 // Returns the Transport for one backend (defined in links/<backend>/).
 std::unique_ptr<Transport> connect_mpi(Bootstrap& world, const std::vector<int>& peers, const Config& config);
