@@ -124,7 +124,10 @@ std::vector<Series> measure_allreduce(Session& s, const std::vector<transport::G
   for (std::size_t bytes : sizes) {
     const std::size_t n = std::max<std::size_t>(1, bytes / 4);
     std::vector<float> v(n, 1.0f);
-    const int k = std::max(2, iters_for(bytes, b.iters) / 10), reps = bytes >= (4u << 20) ? 7 : 15;
+    // At least 10 operations per block: with 2 (as before) a block at 4 MiB lasts ~0.5 ms, so
+    // one rank preempted for a scheduler slice (3-8 ms here) decides the block, and the
+    // median of 7 blocks becomes a lottery between runs (docs/benchmarks.md, all-reduce).
+    const int k = std::max(10, iters_for(bytes, b.iters) / 10), reps = bytes >= (4u << 20) ? 7 : 15;
     std::vector<std::vector<double>> per_op(groups.size());
     for (int rep = -1; rep < reps; ++rep) {
       for (std::size_t gi = 0; gi < groups.size(); ++gi) {
