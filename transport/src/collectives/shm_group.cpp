@@ -25,6 +25,7 @@
 #include "src/collectives/internal.hpp"
 #include "src/collectives/shm_segment.hpp"
 #include "trellis/core/error.hpp"
+#include "trellis/core/process.hpp"
 #include "trellis/transport/bootstrap.hpp"
 
 namespace trellis::transport {
@@ -45,7 +46,11 @@ struct alignas(kLine) Header {
   std::uint64_t slots;
   std::atomic<std::int64_t> failed;  // world rank + 1 of a member that gave up; 0: none
   char reason[256];                  // its error, written before `failed`
+  // Each member's pid (group ranks below kPidMembers; 0: not attached), so a wait can tell
+  // a dead member, which never moves its flags again, from a slow one.
+  std::atomic<std::int64_t> pid[64];
 };
+constexpr int kPidMembers = 64;
 
 enum class FlagKind { kArrive = 0, kDone = 1, kFinished = 2 };
 constexpr std::size_t kFlagKinds = 3;
@@ -67,6 +72,7 @@ class ShmGroup final : public detail::AsyncGroup {
     header_ = reinterpret_cast<Header*>(seg_->base());
     flags_ = reinterpret_cast<Flag*>(seg_->base() + sizeof(Header));
     data_ = seg_->base() + sizeof(Header) + kFlagKinds * members_.size() * sizeof(Flag);
+    if (rank_ < kPidMembers) header_->pid[rank_].store(::getpid(), std::memory_order_release);
   }
   ~ShmGroup() override;
 
@@ -110,6 +116,17 @@ class ShmGroup final : public detail::AsyncGroup {
     if (f != 0)
       throw_error(ErrorCode::kPeerFailed, "shm group of world ranks {}: world rank {} gave up: {}",
                   detail::list_ranks(members_), f - 1, std::string(header_->reason));
+    // Liveness every ~100 ms of waiting; the clock is read once per 256 calls because a
+    // clock read costs as much as a poll on this kind of VM.
+    if ((++polls_ & 255) != 0) return;
+    auto now = Clock::now();
+    if (now - last_liveness_ < std::chrono::milliseconds(100)) return;
+    last_liveness_ = now;
+    for (int r = 0; r < std::min(size(), kPidMembers); ++r) {
+      auto pid = header_->pid[r].load(std::memory_order_acquire);
+      if (r != rank_ && !process_alive(pid))
+        throw_error(ErrorCode::kPeerFailed, "{}: world rank {} (pid {}, same host) died", who(), members_[r], pid);
+    }
   }
   void mark_failed(const std::string& why) {
     std::int64_t expected = 0;
@@ -134,6 +151,8 @@ class ShmGroup final : public detail::AsyncGroup {
   std::byte* data_ = nullptr;
   std::uint64_t seq_ = 0;
   ShmOp* active_ = nullptr;
+  mutable std::uint64_t polls_ = 0;
+  mutable Clock::time_point last_liveness_ = Clock::now();
 };
 
 // One collective, as a pipeline of pieces (see the file comment for the phases and the rule).
