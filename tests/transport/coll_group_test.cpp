@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "harness/mpi_world.hpp"
 #include "trellis/core/config.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/transport/bootstrap.hpp"
@@ -25,11 +26,8 @@
 namespace trellis::transport {
 namespace {
 
-Bootstrap& world() {
-  static auto w = make_mpi_bootstrap();
-  return *w;
-}
-Deadline soon() { return Deadline::after_ms(30000); }
+using testing_support::soon;
+using testing_support::world;
 
 std::vector<int> everyone() {
   std::vector<int> m(static_cast<std::size_t>(world().size()));

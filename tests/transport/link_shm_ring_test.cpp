@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 
+#include "harness/mpi_world.hpp"
 #include "trellis/core/config.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/transport/bootstrap.hpp"
@@ -17,12 +18,8 @@
 namespace trellis::transport {
 namespace {
 
-Bootstrap& world() {
-  static auto w = make_mpi_bootstrap();
-  return *w;
-}
-
-Deadline soon() { return Deadline::after_ms(30000); }
+using testing_support::soon;
+using testing_support::world;
 
 std::vector<std::byte> payload(std::size_t n, int from, std::uint32_t seq) {
   std::vector<std::byte> v(n);

@@ -8,6 +8,7 @@
 
 #include "src/links/tcp/tcp_testing.hpp"
 #include "src/links/tcp/tcp_wire.hpp"
+#include "harness/mpi_world.hpp"
 #include "trellis/core/config.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/transport/bootstrap.hpp"
@@ -19,11 +20,8 @@ namespace {
 namespace asio = boost::asio;
 namespace wire = links::tcp;
 
-Bootstrap& world() {
-  static auto w = make_mpi_bootstrap();
-  return *w;
-}
-Deadline soon() { return Deadline::after_ms(30000); }
+using testing_support::soon;
+using testing_support::world;
 
 // Connects to `address`, sends `bytes`, and reports what the server did within 5 s:
 // "closed" (dropped us), "answered", or "open" (neither).

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "harness/mpi_world.hpp"
 #include "trellis/core/config.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/transport/bootstrap.hpp"
@@ -16,11 +17,8 @@
 namespace trellis::transport {
 namespace {
 
-Bootstrap& world() {
-  static auto w = make_mpi_bootstrap();
-  return *w;
-}
-Deadline soon() { return Deadline::after_ms(30000); }
+using testing_support::soon;
+using testing_support::world;
 
 std::byte pattern(std::uint64_t it, std::size_t tensor, std::size_t i) {
   return static_cast<std::byte>((it * 31 + tensor * 7 + i * 13 + (i >> 8)) & 0xff);
