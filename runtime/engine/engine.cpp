@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine_internal.hpp"
+#include "trellis/core/process.hpp"
 #include "trellis/runtime/engine/token_safe.hpp"
 #include "trellis/transport/stream.hpp"
 
@@ -507,8 +508,18 @@ EngineResult Engine::run() {
   std::atomic<bool> finished{false};
   std::thread progress([this, &finished] {
     try {
+      auto last_check = Clock::now();
       while (!finished.load(std::memory_order_relaxed) && !failed_.failed) {
         links_.progress();
+        // Watchdog: a rank whose only partner died may itself be waiting on a live rank
+        // that waits on it in turn; checking the host's pids names the dead one at once.
+        if (Clock::now() - last_check >= std::chrono::milliseconds(100)) {
+          last_check = Clock::now();
+          for (std::size_t r = 0; r < opt_.host_pids.size(); ++r)
+            if (static_cast<int>(r) != rank_ && !process_alive(opt_.host_pids[r]))
+              throw_error(ErrorCode::kPeerFailed, "rank {}: rank {} (pid {}, same host) died", rank_, r,
+                          opt_.host_pids[r]);
+        }
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
     } catch (...) {

@@ -227,6 +227,13 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   eo.sampler_threads = static_cast<int>(config.get_int("run.sampler_threads"));
   eo.deadline = config.get_duration("comm.deadline_ms");
   eo.ring_slot_bytes = static_cast<std::uint32_t>(config.get_size("run.channel_slot_bytes"));
+  if (me < static_cast<int>(topo.ranks.size())) {
+    eo.host_pids.assign(topo.ranks.size(), 0);
+    for (const auto& r : topo.ranks)
+      if (r.host == topo.ranks[static_cast<std::size_t>(me)].host && r.rank >= 0 &&
+          r.rank < static_cast<int>(topo.ranks.size()))
+        eo.host_pids[static_cast<std::size_t>(r.rank)] = r.pid;
+  }
   eo.keep_trace = !o.trace.empty();
   eo.stop = o.stop;
   auto& sc = eo.scheduler;

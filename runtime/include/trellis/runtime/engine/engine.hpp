@@ -105,6 +105,9 @@ struct EngineOptions {
   std::string job = "job";    // unique per job: names the shared-memory channels
   bool keep_trace = false;
   const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT): stop admitting, drain, exit
+  // pid of every world rank on this host (0: on another host or unknown). The engine checks
+  // them every 100 ms, so a dead neighbour is named even while no wait faces it.
+  std::vector<std::int64_t> host_pids;
 };
 
 struct EngineResult {
