@@ -11,14 +11,7 @@
 namespace trellis::sim {
 namespace {
 
-std::string error_of(const std::string& text) {
-  try {
-    Calibration::parse(text, "cal.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+std::string error_of(const std::string& text) { return testing::calibration_error_of(text); }
 
 TEST(AllreduceCurve, InterpolatesMeasuredPointsAndFallsBackToTheFitBeyondThem) {
   GroupLinks g;

@@ -9,15 +9,7 @@
 namespace trellis::sim {
 namespace {
 
-std::string error_of(const std::string& text) {
-  try {
-    Calibration::parse(text, "cal.json");
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kCorruptInput);
-    return e.what();
-  }
-  return "no error";
-}
+std::string error_of(const std::string& text) { return testing::calibration_error_of(text); }
 
 TEST(Calibration, ReadsFittedFigures) {
   Calibration c = Calibration::parse(
