@@ -4,6 +4,7 @@
 // Hand-built numbers, so every expectation is computed by hand.
 #include <gtest/gtest.h>
 
+#include "calibration_errors.hpp"
 #include "sim_fixtures.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/sim/calibration.hpp"

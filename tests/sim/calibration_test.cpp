@@ -2,6 +2,7 @@
 // and malformed files naming the field.
 #include <gtest/gtest.h>
 
+#include "calibration_errors.hpp"
 #include "sim_fixtures.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/sim/calibration.hpp"

@@ -1,12 +1,6 @@
 // Shared fixtures for sim tests: a hand-built Topology (no parser needed) and model inputs.
 #pragma once
 
-#include <gtest/gtest.h>
-
-#include <string>
-
-#include "trellis/core/error.hpp"
-#include "trellis/sim/calibration.hpp"
 #include "trellis/sim/catalog.hpp"
 #include "trellis/sim/cluster.hpp"
 #include "trellis/sim/cost_model.hpp"
@@ -59,17 +53,6 @@ inline ModelInputs inputs(const ModelSpec& model, const ClusterView& c, int p, i
   in.layout = Layout{p, t, m, v, 0.8};
   in.links = layout_links(c, p, t);
   return in;
-}
-
-// The error Calibration::parse gives for `text` (which must be kCorruptInput), or "no error".
-inline std::string calibration_error_of(const std::string& text) {
-  try {
-    Calibration::parse(text, "cal.json");
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kCorruptInput);
-    return e.what();
-  }
-  return "no error";
 }
 
 }  // namespace trellis::sim::testing
