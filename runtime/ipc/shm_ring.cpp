@@ -72,7 +72,7 @@ ShmRing::ShmRing(std::string name, void* base, std::size_t bytes, bool owner, st
 ShmRing::~ShmRing() {
   if (owner_) {
     close();
-    ::shm_unlink(name_.c_str());
+    if (!unlinked_) ::shm_unlink(name_.c_str());
   }
   ::munmap(base_, bytes_);
 }
@@ -168,6 +168,13 @@ void ShmRing::write(std::span<const std::byte> message, Deadline deadline) {
       throw_error(ErrorCode::kTimeout, "channel {}: consumer {} is a full ring ({} slots) behind: {}", name_, slowest,
                   h.slots, e.what());
     }
+  }
+  // Once every consumer has attached, the name has served its purpose: removing it now means
+  // a job that is killed (and never runs this destructor) leaves nothing in /dev/shm.
+  if (!unlinked_) {
+    bool all = true;
+    for (std::uint32_t c = 0; c < h.consumers && all; ++c) all = h.consumer_pid[c].load(std::memory_order_acquire) != 0;
+    if (all) unlinked_ = ::shm_unlink(name_.c_str()) == 0 || errno == ENOENT;
   }
   auto* s = slot(n);
   auto* sh = reinterpret_cast<SlotHeader*>(s);

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -216,6 +217,9 @@ TEST(ShmRing, BroadcastsInOrderToEveryConsumer) {
   ring->close();
   for (auto& t : readers) t.join();
   EXPECT_EQ(good.load(), 3);
+  // Every consumer attached before the last write: the name is already gone, so a killed
+  // job would have left nothing in /dev/shm.
+  EXPECT_LT(::shm_open(name.c_str(), O_RDWR, 0), 0);
 }
 
 TEST(ShmRing, DeadlinesAndLimits) {

@@ -9,8 +9,9 @@
 // atomics in the segment (x86 atomics are address-free and lock-free across processes), which
 // gives the same ordering without a system call per message.
 //
-// Lifetime: the producer creates the segment and unlinks its name on destruction (the
-// memory lives until the last consumer unmaps). close() tells consumers that no more messages
+// Lifetime: the producer creates the segment and unlinks its name at its first write after
+// every consumer has attached, or on destruction at the latest (the memory lives until the
+// last party unmaps), so a killed job leaves nothing behind in /dev/shm. close() tells consumers that no more messages
 // will come: read() returns false once they have drained the ring.
 //
 // A wait that faces a dead peer (the producer, or the consumer a full ring waits for) ends
@@ -80,6 +81,7 @@ class ShmRing {
   void* base_;
   std::size_t bytes_;
   bool owner_;
+  bool unlinked_ = false;  // producer: the name is gone (every consumer attached)
   std::uint32_t index_;
   Header* header_;
 };
