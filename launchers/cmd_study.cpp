@@ -35,6 +35,7 @@ struct StudyOptions {
   bool no_nvlink = false, json = false, wake_control = false;
   int wake_interval_us = 1000;
   std::string csv, svg;
+  std::string transport;  // --transport; empty: setting comm.transport
 };
 
 std::vector<int> parse_batches(const std::string& text) {
@@ -79,14 +80,38 @@ std::unique_ptr<runtime::CheckpointReader> open_model(const StudyOptions& o, run
   return runtime::make_synthetic_reader(cfg, o.weights == "f32" ? "F32" : "BF16", 1);
 }
 
-std::vector<runtime::VariantSpec> parse_variants(const StudyOptions& o, const runtime::ModelConfig& cfg) {
+// "ladder@MODE": ladder with its all-reduces driven one way, as its own row, so that ways of
+// driving are compared in one interleaved run. MODE: thread (background progress thread
+// only), coop (the kernels' progress hook only), both, none (only the waits).
+transport::ProgressOptions drive_mode(const std::string& mode, transport::ProgressOptions base) {
+  if (mode != "thread" && mode != "coop" && mode != "both" && mode != "none")
+    throw_error(ErrorCode::kInvalidArgument, "--variants: ladder@{}: unknown mode (valid: thread, coop, both, none)", mode);
+  base.enabled = mode == "thread" || mode == "both";
+  base.cooperative = mode == "coop" || mode == "both";
+  return base;
+}
+
+std::vector<runtime::VariantSpec> parse_variants(const StudyOptions& o, const runtime::ModelConfig& cfg,
+                                                 const transport::ProgressOptions& progress,
+                                                 std::vector<runtime::StudyRun::PerSpec>& per_spec) {
   std::vector<runtime::VariantSpec> out;
+  per_spec.clear();
   for (const auto& t : split(o.variants, ',')) {
-    const std::string name(trim(t));
+    const std::string label(trim(t));
+    const auto at = label.find('@');
+    const std::string name = label.substr(0, at);
+    if (at != std::string::npos && name != "ladder")
+      throw_error(ErrorCode::kInvalidArgument, "--variants: '{}': only ladder takes a progress mode (ladder@MODE)", label);
     const std::string& layers = name == "ladder" ? o.ladder_layers : name == "lp" ? o.lp_layers : std::string();
     auto spec = runtime::parse_variant_spec(name, layers, cfg.num_layers);
     runtime::validate_variant(spec, cfg, o.tp);
     out.push_back(spec);
+    runtime::StudyRun::PerSpec ps;
+    if (at != std::string::npos) {
+      ps.label = label;
+      ps.progress = drive_mode(label.substr(at + 1), progress);
+    }
+    per_spec.push_back(ps);
   }
   // Speedup and bound share need standard and nocomm over the whole model: always run them.
   auto has = [&](runtime::Variant v) {
@@ -94,8 +119,14 @@ std::vector<runtime::VariantSpec> parse_variants(const StudyOptions& o, const ru
       if (s.kind == v && s.range_first == 0 && s.range_last == cfg.num_layers) return true;
     return false;
   };
-  if (!has(runtime::Variant::kStandard)) out.insert(out.begin(), runtime::VariantSpec{runtime::Variant::kStandard, 0, cfg.num_layers});
-  if (!has(runtime::Variant::kNoComm)) out.push_back(runtime::VariantSpec{runtime::Variant::kNoComm, 0, cfg.num_layers});
+  if (!has(runtime::Variant::kStandard)) {
+    out.insert(out.begin(), runtime::VariantSpec{runtime::Variant::kStandard, 0, cfg.num_layers});
+    per_spec.insert(per_spec.begin(), runtime::StudyRun::PerSpec{});
+  }
+  if (!has(runtime::Variant::kNoComm)) {
+    out.push_back(runtime::VariantSpec{runtime::Variant::kNoComm, 0, cfg.num_layers});
+    per_spec.push_back(runtime::StudyRun::PerSpec{});
+  }
   return out;
 }
 
@@ -106,12 +137,19 @@ int run_study(Session& s, StudyOptions o) {
                        fmt::format("study variants: the world has {} ranks but --tp {} x --pp {} needs {}; "
                                    "launch with mpirun -np {}", s.size(), o.tp, o.pp, o.tp * o.pp, o.tp * o.pp)))
     return 1;
+  if (!o.transport.empty()) s.config.set("comm.transport", o.transport, SettingSource::kFlag, "--transport");
   apply_no_nvlink(s, o.no_nvlink);
   const auto batches = parse_batches(o.batches);
   runtime::ModelConfig cfg;
   std::string model_name;
   auto reader = open_model(o, cfg, model_name);
-  const auto specs = parse_variants(o, cfg);
+  transport::ProgressOptions progress;
+  progress.enabled = s.config.get_bool("comm.progress_thread");
+  progress.interval = std::chrono::microseconds(s.config.get_int("comm.progress_interval_us"));
+  progress.cooperative = s.config.get_bool("comm.progress_cooperative");
+  progress.cooperative_interval = std::chrono::microseconds(s.config.get_int("comm.progress_cooperative_us"));
+  std::vector<runtime::StudyRun::PerSpec> per_spec;
+  const auto specs = parse_variants(o, cfg, progress, per_spec);
   const auto place = runtime::StagePlace::of(s.rank(), o.tp, o.pp, cfg.num_layers);
 
   kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")));
@@ -121,10 +159,21 @@ int run_study(Session& s, StudyOptions o) {
   if (s.size() == 1) {
     group = transport::make_single_group(0);
   } else {
+    const auto hosts = transport::host_map(s.world(), Deadline::after(s.config.get_duration("comm.connect_timeout_ms")));
+    const auto policy = transport::SelectionPolicy::from_config(s.config);
     for (int st = 0; st < o.pp; ++st) {
       std::vector<int> members;
-      for (int i = 0; i < o.tp; ++i) members.push_back(st * o.tp + i);
-      auto g = transport::make_group(s.world(), members, transport::GroupOptions::from_config(s.config), s.config);
+      bool one_host = true;
+      for (int i = 0; i < o.tp; ++i) {
+        members.push_back(st * o.tp + i);
+        one_host = one_host && hosts[static_cast<std::size_t>(members.back())] == hosts[static_cast<std::size_t>(members[0])];
+      }
+      // --transport also steers the TP all-reduce, as in trellis run and eval ppl: the
+      // group's link class is shared memory in one host, the network across hosts.
+      auto choice = transport::choose_backend(one_host ? topology::LinkClass::kSharedMemory : topology::LinkClass::kTcp,
+                                              false, policy);
+      auto go = transport::follow_transport(transport::GroupOptions::from_config(s.config), choice);
+      auto g = transport::make_group(s.world(), members, go, s.config, hosts);
       if (st == place.stage) group = std::move(g);
     }
   }
@@ -145,16 +194,18 @@ int run_study(Session& s, StudyOptions o) {
   run.deadline = s.config.get_duration("comm.deadline_ms");
   run.reader = reader.get();
   run.load = lo;
-  run.progress.enabled = s.config.get_bool("comm.progress_thread");
+  run.progress = progress;
+  run.per_spec = per_spec;
   run.wake_control = o.wake_control;
   run.wake_interval = std::chrono::microseconds(o.wake_interval_us);
-  run.progress.interval = std::chrono::microseconds(s.config.get_int("comm.progress_interval_us"));
   std::vector<runtime::StudyPoint> points;
   for (int b : batches) {
     // Variants interleaved repeat by repeat (measure_interleaved): shared cores come in phases.
     for (auto& p : runtime::measure_interleaved(model, specs, b, run, s.world())) {
       if (s.is_root())
-        spdlog::info("batch {} {}: prefill {:.3f} ms, decode {:.3f} ms", b, p.variant, 1e3 * p.prefill_s, 1e3 * p.decode_s);
+        spdlog::info("batch {} {}: prefill {:.3f} ms ({:.0f} background / {:.0f} cooperative tests), decode {:.3f} ms", b,
+                     p.variant, 1e3 * p.prefill_s, p.prefill_background_tests, p.prefill_cooperative_tests,
+                     1e3 * p.decode_s);
       points.push_back(std::move(p));
     }
   }
@@ -163,10 +214,13 @@ int run_study(Session& s, StudyOptions o) {
 
   const std::string title =
       fmt::format("trellis study variants: {}, tp={} ({} group{}), pp={}, {} weights, {} kernel threads per rank, "
-                  "ladder progress thread {}{}", model_name, o.tp, group->describe(),
+                  "ladder progress thread {}{}{}", model_name, o.tp, group->describe(),
                   s.config.get_bool("comm.no_nvlink") ? ", --no-nvlink" : "", o.pp, o.weights, ctx.threads(),
                   run.progress.enabled ? fmt::format("on ({} us)", run.progress.interval.count()) : std::string("off"),
-                  o.wake_control ? fmt::format(", wake control ({} us) on every variant", o.wake_interval_us) : std::string());
+                  o.wake_control ? fmt::format(", wake control ({} us) on every variant", o.wake_interval_us) : std::string(),
+                  run.progress.cooperative
+                      ? fmt::format(", cooperative progress in the kernels ({} us)", run.progress.cooperative_interval.count())
+                      : std::string(", no cooperative progress"));
   if (!o.csv.empty()) std::ofstream(o.csv) << runtime::format_study_csv(points);
   if (!o.svg.empty()) std::ofstream(o.svg) << runtime::format_study_svg(points, title);
   if (o.json) {
@@ -176,6 +230,8 @@ int run_study(Session& s, StudyOptions o) {
                              {"decode_ms", 1e3 * p.decode_s}, {"tokens_per_s", p.tokens_per_s}, {"speedup_pct", p.speedup_pct},
                              {"prefill_bound_share", p.prefill_bound_share}, {"decode_bound_share", p.decode_bound_share},
                              {"all_reduces_decode", p.all_reduces_decode}, {"exact", p.exact},
+                             {"prefill_background_tests", p.prefill_background_tests},
+                             {"prefill_cooperative_tests", p.prefill_cooperative_tests},
                              {"note", p.exact ? "" : runtime::kNoCommLabel}});
     std::cout << j.dump(2) << "\n";  // NaN becomes null
   } else {
@@ -199,10 +255,16 @@ Action define_study_variants(CLI::App& sub) {
   sub.add_option("--gen-len", o->gen_len, "Decode steps")->check(CLI::PositiveNumber)->capture_default_str();
   sub.add_option("--repeats", o->repeats, "Timed repeats per point (median)")->check(CLI::PositiveNumber)->capture_default_str();
   sub.add_option("--warmup", o->warmup, "Untimed repeats before them")->check(CLI::NonNegativeNumber)->capture_default_str();
-  sub.add_option("--variants", o->variants, "Variants, comma-separated (standard and nocomm are always added)")
+  sub.add_option("--variants", o->variants,
+                 "Variants, comma-separated (standard and nocomm are always added); ladder@thread, ladder@coop, "
+                 "ladder@both, ladder@none: ladder with its all-reduces driven by the progress thread, the kernels' "
+                 "progress hook, both or neither, each its own row")
       ->capture_default_str();
   sub.add_option("--ladder-layers", o->ladder_layers, "Layers A-B (inclusive) ladder applies to (default: all)");
   sub.add_option("--lp-layers", o->lp_layers, "Layers A-B (inclusive) lp pairs up (default: all)");
+  sub.add_option("--transport", o->transport,
+                 "Link backend override, NAME or CLASS=NAME,... (setting comm.transport); it steers the TP all-reduce "
+                 "as in trellis run: tcp or ucx -> the ring over those links, shm -> the shm group, mpi -> MPI");
   sub.add_flag("--no-nvlink", o->no_nvlink, "Interconnect study without NVLink (comm.no_nvlink + NCCL_P2P_DISABLE=1; GPU builds)");
   sub.add_flag("--wake-control", o->wake_control,
                "Run every variant beside an idle thread that wakes every --wake-interval-us (a control for the OS "

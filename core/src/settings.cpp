@@ -59,6 +59,12 @@ constexpr std::array kSettings = {
     SettingSpec{"comm.progress_interval_us", T::kInt, "20",
                 "Progress thread: microseconds slept between tests of outstanding requests (0: yield)",
                 "TRELLIS_PROGRESS_INTERVAL_US"},
+    SettingSpec{"comm.progress_cooperative", T::kBool, "true",
+                "Ladder: the compute thread's kernels also test the in-flight all-reduce between GEMM blocks "
+                "(kernels' progress hook), at most every comm.progress_cooperative_us",
+                "TRELLIS_PROGRESS_COOPERATIVE"},
+    SettingSpec{"comm.progress_cooperative_us", T::kInt, "50",
+                "Cooperative progress: least microseconds between two tests from inside the kernels", ""},
     SettingSpec{"comm.wait_spins", T::kInt, "2000",
                 "Blocking communication waits: most polls spent spinning before yielding the core between "
                 "polls; a thread spins less while its yields show its core is shared (then ranks hand over sooner)",

@@ -8,6 +8,7 @@
 
 #include "cpu/cpu_ops.hpp"
 #include "cpu/simd.hpp"
+#include "trellis/kernels/progress_hook.hpp"
 
 namespace trellis::kernels::cpu {
 namespace {
@@ -106,6 +107,7 @@ void attention_prefill(ThreadPool& pool, const AttentionDims& dims, const Tensor
         softmax(scores.data(), n);
         std::fill(oh, oh + d, 0.0f);
         for (std::int64_t j = 0; j < n; ++j) axpy<E>(scores[static_cast<std::size_t>(j)], vb + j * kv.v.stride[1], oh, d);
+        if ((item & 15) == 15) poll_progress();
       }
     }, 4);
   });
@@ -137,6 +139,7 @@ void attention_decode(ThreadPool& pool, const AttentionDims& dims, const TensorV
         for (std::int64_t j = 0; j < n; ++j)
           for (int i = 0; i < group; ++i)
             axpy<E>(scores[static_cast<std::size_t>(i * n + j)], vb + j * c.v.stride[1], o0 + i * d, d);
+        if ((item & 15) == 15) poll_progress();
       }
     });
   });

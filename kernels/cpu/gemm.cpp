@@ -18,6 +18,7 @@
 
 #include "cpu/cpu_ops.hpp"
 #include "cpu/simd.hpp"
+#include "trellis/kernels/progress_hook.hpp"
 
 namespace trellis::kernels::cpu {
 namespace {
@@ -147,9 +148,13 @@ void gemv_typed(ThreadPool& pool, const GemmArgs& g) {
   constexpr int kNb = M <= 4 ? 4 : 2;  // keeps M * NB accumulators + loads within 32 zmm
   std::vector<float> xd;
   if constexpr (std::is_same_v<E, BF16>) xd = deinterleave_x(g);
-  // Chunks of 64 rows keep every thread's slice of B contiguous and its stores apart.
+  // Chunks of 64 rows keep every thread's slice of B contiguous and its stores apart. The
+  // progress hook runs every 256 rows (a few microseconds of weights at M = 1).
   pool.parallel_for((g.n + 63) / 64, [&](std::int64_t lo, std::int64_t hi) {
-    gemv_rows<E, M, kNb>(g, lo * 64, std::min(hi * 64, g.n), xd.data());
+    for (std::int64_t c = lo; c < hi; c += 4) {
+      gemv_rows<E, M, kNb>(g, c * 64, std::min(std::min(hi, c + 4) * 64, g.n), xd.data());
+      poll_progress();
+    }
   });
 }
 
@@ -287,6 +292,7 @@ void gemm_columns(const GemmArgs& g, std::int64_t n_begin, std::int64_t n_end) {
       for (std::int64_t m0 = 0; m0 < g.m; m0 += kMr) {
         int mr = static_cast<int>(std::min<std::int64_t>(kMr, g.m - m0));
         run_row_block_any(mr, std::make_integer_sequence<int, kMr>{}, g, m0, n0, nc, k0, kc, bp, ap, beta);
+        poll_progress();  // every 12 x 512 x 256 multiply-adds (~0.1 ms)
       }
     }
   }
@@ -319,6 +325,7 @@ void gemm_blas(ThreadPool& pool, const GemmArgs& g) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<blasint>(g.n), k, 1.0f, g.a,
                 static_cast<blasint>(g.lda), static_cast<const float*>(g.b), static_cast<blasint>(g.ldb), g.beta,
                 g.c, static_cast<blasint>(g.ldc));
+    poll_progress();
     return;
   }
   // Convert 256 weight rows at a time so the f32 copy stays small and cache-warm.
@@ -332,6 +339,7 @@ void gemm_blas(ThreadPool& pool, const GemmArgs& g) {
     });
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<blasint>(nr), k, 1.0f, g.a,
                 static_cast<blasint>(g.lda), wf, k, g.beta, g.c + n0, static_cast<blasint>(g.ldc));
+    poll_progress();  // OpenBLAS itself has no hook: between its calls only
   }
 }
 

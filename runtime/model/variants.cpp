@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/kernels/ops.hpp"
+#include "trellis/kernels/progress_hook.hpp"
 #include "trellis/transport/group.hpp"
 
 namespace trellis::runtime {
@@ -249,6 +251,11 @@ void VariantRunner::nocomm_layer(const Batch& batch, const TensorView& x, int la
 // reduced is never overwritten.
 void VariantRunner::ladder_span(const Batch& batch, const TensorView& x, int first, int last) {
   const auto& ctx = m_.context();
+  // Cooperative progress: the kernels of the next module test the in-flight all-reduce
+  // between their blocks (every ~50 us of GEMM), where a background thread would wait for
+  // the scheduler to preempt the GEMM. Installed for this thread only, for the span.
+  std::optional<kernels::ScopedProgressHook> hook;
+  if (progress_.options().cooperative) hook.emplace(&transport::ProgressThread::poll_hook, &progress_);
   transport::RequestPtr pending;
   TensorView pending_buf;
   int which = kA;
@@ -264,7 +271,7 @@ void VariantRunner::ladder_span(const Batch& batch, const TensorView& x, int fir
         pending->wait(Deadline::after(deadline_));
         kernels::add(ctx, x, pending_buf, x);
       }
-      // The progress thread keeps testing it while the next module computes on this thread.
+      // The progress thread and/or the next module's kernels (cooperative) keep testing it.
       pending = progress_.drive(m_.all_reduce_async(out));
       ++all_reduces_;
       pending_buf = out;

@@ -183,18 +183,24 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
   const bool gather = variant_is_exact(spec.kind);
 
   StudyPoint pt;
-  pt.variant = std::string(to_string(spec.kind));
+  pt.variant = run.label.empty() ? std::string(to_string(spec.kind)) : run.label;
   pt.layers = layers_text(spec, cfg.num_layers);
   pt.exact = variant_is_exact(spec.kind);
   pt.batch = batch;
   pt.prompt_len = run.prompt_len;
   pt.gen_len = run.gen_len;
-  std::vector<double> pre_t, dec_t, cpu_t[4];
+  std::vector<double> pre_t, dec_t, cpu_t[4], tests_t[2];
   for (int r = 0; r < run.warmup + run.repeats; ++r) {
     world.barrier(Deadline::after(run.deadline));
+    const double bg0 = static_cast<double>(runner.progress().background_tests()),
+                 co0 = static_cast<double>(runner.progress().cooperative_tests());
     double t0 = now_seconds();
     pipeline_forward(runner, model, pre, x, local, full, gather, place, world, run.deadline);
     double tp = now_seconds() - t0;
+    const double tests[2] = {world.max(static_cast<double>(runner.progress().background_tests()) - bg0,
+                                       Deadline::after(run.deadline)),
+                             world.max(static_cast<double>(runner.progress().cooperative_tests()) - co0,
+                                       Deadline::after(run.deadline))};
     pt.all_reduces_prefill = runner.all_reduces();
 
     std::vector<std::int32_t> toks(static_cast<std::size_t>(batch));
@@ -222,8 +228,11 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
       pre_t.push_back(tp);
       dec_t.push_back(td);
       for (int i = 0; i < 4; ++i) cpu_t[i].push_back(cpu[i]);
+      for (int i = 0; i < 2; ++i) tests_t[i].push_back(tests[i]);
     }
   }
+  pt.prefill_background_tests = median(tests_t[0]);
+  pt.prefill_cooperative_tests = median(tests_t[1]);
   pt.prefill_s = median(pre_t);
   pt.decode_s = median(dec_t);
   pt.decode_thread_cpu_s = median(cpu_t[0]);
@@ -246,30 +255,41 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
 
 std::vector<StudyPoint> measure_interleaved(LlamaModel& model, const std::vector<VariantSpec>& specs, int batch,
                                             const StudyRun& run, transport::Bootstrap& world) {
-  StudyRun once = run;
-  once.repeats = 1;
-  once.warmup = 0;
+  if (!run.per_spec.empty() && run.per_spec.size() != specs.size())
+    throw_error(ErrorCode::kInvalidArgument, "study: {} per-spec settings for {} variants", run.per_spec.size(), specs.size());
+  // One single-repeat run per spec, with its label and progress options.
+  std::vector<StudyRun> once(specs.size(), run);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    once[i].repeats = 1;
+    once[i].warmup = 0;
+    once[i].per_spec.clear();
+    if (run.per_spec.empty()) continue;
+    once[i].label = run.per_spec[i].label;
+    if (run.per_spec[i].progress) once[i].progress = *run.per_spec[i].progress;
+  }
   for (int w = 0; w < run.warmup; ++w)
-    for (const auto& spec : specs) measure_variant(model, spec, batch, once, world);
+    for (std::size_t i = 0; i < specs.size(); ++i) measure_variant(model, specs[i], batch, once[i], world);
+  constexpr int kStats = 6;  // decode CPU columns (4) and prefill tests (2)
   std::vector<StudyPoint> points;
-  std::vector<std::vector<double>> pre(specs.size()), dec(specs.size()), cpu(specs.size() * 4);
+  std::vector<std::vector<double>> pre(specs.size()), dec(specs.size()), stat(specs.size() * kStats);
   for (int r = 0; r < run.repeats; ++r) {
     for (std::size_t i = 0; i < specs.size(); ++i) {
-      StudyPoint p = measure_variant(model, specs[i], batch, once, world);
+      StudyPoint p = measure_variant(model, specs[i], batch, once[i], world);
       pre[i].push_back(p.prefill_s);
       dec[i].push_back(p.decode_s);
-      const double c[4] = {p.decode_thread_cpu_s, p.decode_process_cpu_s, p.decode_vol_switches, p.decode_invol_switches};
-      for (int k = 0; k < 4; ++k) cpu[i * 4 + k].push_back(c[k]);
+      const double c[kStats] = {p.decode_thread_cpu_s,  p.decode_process_cpu_s,     p.decode_vol_switches,
+                                p.decode_invol_switches, p.prefill_background_tests, p.prefill_cooperative_tests};
+      for (int k = 0; k < kStats; ++k) stat[i * kStats + k].push_back(c[k]);
       if (r == 0) points.push_back(p);
     }
   }
   for (std::size_t i = 0; i < specs.size(); ++i) {
     points[i].prefill_s = median(pre[i]);
     points[i].decode_s = median(dec[i]);
-    points[i].decode_thread_cpu_s = median(cpu[i * 4]);
-    points[i].decode_process_cpu_s = median(cpu[i * 4 + 1]);
-    points[i].decode_vol_switches = median(cpu[i * 4 + 2]);
-    points[i].decode_invol_switches = median(cpu[i * 4 + 3]);
+    double* out[kStats] = {&points[i].decode_thread_cpu_s,   &points[i].decode_process_cpu_s,
+                           &points[i].decode_vol_switches,   &points[i].decode_invol_switches,
+                           &points[i].prefill_background_tests, &points[i].prefill_cooperative_tests};
+    for (int k = 0; k < kStats; ++k) *out[k] = median(stat[i * kStats + k]);
   }
   return points;
 }
@@ -312,12 +332,12 @@ std::string format_study_tables(const std::vector<StudyPoint>& points, const std
       if (p.batch == b) any = &p;
     o << fmt::format("\nbatch {}: prefill {} x {} tokens, then {} decode steps (median of repeats, slowest rank)\n", b, b,
                      any->prompt_len, any->gen_len);
-    o << fmt::format("  {:<9} {:<7} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6}  {}\n", "variant",
+    o << fmt::format("  {:<12} {:<7} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6}  {}\n", "variant",
                      "layers", "prefill ms", "decode ms", "tokens/s", "speedup", "pf share", "dc share", "ARs/step",
                      "thr cpu", "proc cpu", "vcsw", "ivcsw", "");
     for (const auto& p : points) {
       if (p.batch != b) continue;
-      o << fmt::format("  {:<9} {:<7} {:>11.3f} {:>10.3f} {:>10.1f} {:>9} {:>8} {:>8} {:>8} {:>8.3f} {:>8.3f} {:>6.1f} {:>6.1f}  {}\n",
+      o << fmt::format("  {:<12} {:<7} {:>11.3f} {:>10.3f} {:>10.1f} {:>9} {:>8} {:>8} {:>8} {:>8.3f} {:>8.3f} {:>6.1f} {:>6.1f}  {}\n",
                        p.variant, p.layers, 1e3 * p.prefill_s, 1e3 * p.decode_s, p.tokens_per_s,
                        std::isnan(p.speedup_pct) ? "n/a" : fmt::format("{:+.1f}%", p.speedup_pct),
                        share_text(p.prefill_bound_share), share_text(p.decode_bound_share), p.all_reduces_decode,

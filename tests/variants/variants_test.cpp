@@ -6,6 +6,7 @@
 // all-reduces it promises, and nocomm is labelled wrong and really differs.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "../model/model_test_util.hpp"
@@ -165,8 +166,10 @@ std::unique_ptr<transport::Group> make_tp_group(GroupKind kind) {
 
 // Runs `v` sharded over the world and compares every step with `reference` (or, when
 // empty, with the same variant at t = 1). Returns the all-reduce count of the prefill.
+// `progress`: the background progress thread; `cooperative`: the kernels' progress hook tests
+// ladder's in-flight all-reduce from inside the next module's GEMMs.
 int check_variant(Variant v, const std::vector<std::vector<float>>& reference = {}, GroupKind kind = GroupKind::kMpi,
-                  bool progress = true) {
+                  bool progress = true, bool cooperative = false) {
   auto cfg = test_config();
   auto reader = make_synthetic_reader(cfg, "F32", 33);
   kernels::Context ctx(1);
@@ -175,6 +178,8 @@ int check_variant(Variant v, const std::vector<std::vector<float>>& reference = 
   LlamaModel sharded(*reader, cfg, *tp, ctx, load_options()), whole(*reader, cfg, *single, ctx, load_options());
   VariantOptions opts;
   opts.progress.enabled = progress;
+  opts.progress.cooperative = cooperative;
+  opts.progress.cooperative_interval = std::chrono::microseconds(0);  // every poll tests
   opts.reader = reader.get();
   opts.load = load_options();
   VariantRunner rs(sharded, {v, 0, -1}, Millis(60000), opts), rw(whole, {v, 0, -1}, Millis(60000));
@@ -193,6 +198,13 @@ int check_variant(Variant v, const std::vector<std::vector<float>>& reference = 
     if (i == 0) prefill_reductions = rs.all_reduces();
     auto want = reference.empty() ? run_variant(whole, rw, all[i]) : reference[i];
     EXPECT_LT(max_rel_diff(got, want), 1e-4) << to_string(v) << " step " << i << " at t=" << world().size();
+  }
+  // Without the thread, only the hook can have tested ladder's requests before the waits.
+  if (v == Variant::kLadder && cooperative && !progress) {
+    EXPECT_GT(rs.progress().cooperative_tests(), 0u);
+  }
+  if (!cooperative) {
+    EXPECT_EQ(rs.progress().cooperative_tests(), 0u);
   }
   // Nobody closes its links while a peer may still be receiving (a ring group's last send can
   // still be on its way when the sender's own part is done): meet on the bootstrap first.
@@ -226,6 +238,15 @@ TEST(Variants, LadderWithProgressThreadOverShmAndRing) {
   EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kShm), 2 * 4);
   EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kRingTcp), 2 * 4);
   EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kRingTcp, false), 2 * 4);
+}
+
+// Cooperative progress: the kernels' hook tests the in-flight all-reduce from inside the
+// next module's matmuls (with and without the thread); the logits must not change.
+TEST(Variants, LadderWithCooperativeProgress) {
+  EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kRingTcp, false, true), 2 * 4);
+  EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kRingTcp, true, true), 2 * 4);
+  EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kShm, false, true), 2 * 4);
+  EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kMpi, false, true), 2 * 4);
 }
 
 TEST(Variants, LayerParallelPaperPlacementOverShm) { EXPECT_EQ(check_variant(Variant::kLayerParallel, {}, GroupKind::kShm), 4); }

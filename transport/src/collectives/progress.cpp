@@ -4,6 +4,7 @@
 #include <atomic>
 #include <exception>
 #include <string>
+#include <vector>
 
 namespace trellis::transport {
 
@@ -75,18 +76,44 @@ ProgressThread::~ProgressThread() {
 }
 
 RequestPtr ProgressThread::drive(RequestPtr r) {
-  if (!opts_.enabled || !r) return r;
+  if ((!opts_.enabled && !opts_.cooperative) || !r) return r;
   auto item = std::make_shared<Item>();
   item->bytes = r->bytes();
   item->what = r->describe();
   item->inner = std::move(r);
-  {
-    std::lock_guard lk(mu_);
-    items_.push_back(item);
-    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  if (opts_.cooperative) {
+    std::erase_if(owned_, [](const std::shared_ptr<Item>& it) { return it->done.load(std::memory_order_acquire); });
+    owned_.push_back(item);
+    next_poll_ = {};  // the first poll after issuing tests at once: a new step may be ready
   }
-  cv_.notify_one();
+  if (opts_.enabled) {
+    {
+      std::lock_guard lk(mu_);
+      items_.push_back(item);
+      if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    }
+    cv_.notify_one();
+  }
   return std::make_unique<DrivenRequest>(std::move(item));
+}
+
+// The owner's thread, from inside its compute. The clock read is the only cost while the
+// interval has not passed (the kernels call this every few tens of microseconds). An item the
+// background thread is testing right now is skipped: that test moves it just as well.
+void ProgressThread::poll() noexcept {
+  if (owned_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_poll_) return;
+  next_poll_ = now + opts_.cooperative_interval;
+  bool any_done = false;
+  for (auto& it : owned_) {
+    std::unique_lock ilk(it->mu, std::try_to_lock);
+    if (!ilk.owns_lock()) continue;
+    any_done |= it->step();
+    ++coop_tests_;
+  }
+  if (any_done)
+    std::erase_if(owned_, [](const std::shared_ptr<Item>& it) { return it->done.load(std::memory_order_acquire); });
 }
 
 std::uint64_t ProgressThread::background_tests() const {

@@ -6,6 +6,7 @@
 #include "trellis/kernels/context.hpp"
 #include "trellis/kernels/library.hpp"
 #include "trellis/kernels/ops.hpp"
+#include "trellis/kernels/progress_hook.hpp"
 #include "trellis/kernels/quant.hpp"
 #include "trellis/kernels/rope.hpp"
 #include "trellis/kernels/tensor.hpp"

@@ -15,6 +15,14 @@
 // condition variable. interval = 0 means yield() instead of sleeping (lowest latency, but a
 // runnable thread competes with compute for the core).
 //
+// Cooperative progress (poll()): the owner's thread can also test the outstanding requests
+// from inside its own compute, e.g. from the kernels' progress hook between GEMM blocks
+// (kernels/progress_hook.hpp), at most every `cooperative_interval`. That is how MPI
+// libraries make progress on CPUs whose cores all compute: a background thread there gets a
+// core only when the scheduler preempts the compute for it, while the compute loop itself
+// reaches a poll every few tens of microseconds. With cooperative on and the thread off,
+// drive() still wraps the request (so poll() knows it) but starts no thread.
+//
 // Ownership and threading: the returned request wraps the original; the wrapped request is
 // tested by at most one thread at a time (a mutex guards it), so the Group's "one thread at
 // a time" rule holds as long as the owner does not issue other operations on that Group
@@ -37,8 +45,10 @@
 namespace trellis::transport {
 
 struct ProgressOptions {
-  bool enabled = true;                        // false: drive() returns the request unchanged
-  std::chrono::microseconds interval{20};     // sleep between tests while work is outstanding
+  bool enabled = true;                        // the background thread (false: none started)
+  std::chrono::microseconds interval{20};     // its sleep between tests while work is outstanding
+  bool cooperative = false;                   // poll() tests the outstanding requests
+  std::chrono::microseconds cooperative_interval{50};  // poll() tests at most this often
 };
 
 class ProgressThread {
@@ -48,14 +58,27 @@ class ProgressThread {
   ProgressThread(const ProgressThread&) = delete;
   ProgressThread& operator=(const ProgressThread&) = delete;
 
-  // Starts driving `r` in the background and returns the request the owner tests or waits
-  // on instead. Errors thrown by r->test() on the progress thread are rethrown by the
-  // returned request's test(). Disabled: returns r.
+  // Starts driving `r` (in the background and/or through poll()) and returns the request the
+  // owner tests or waits on instead. Errors thrown by r->test() on the progress thread or in
+  // poll() are rethrown by the returned request's test(). Neither thread nor cooperative:
+  // returns r.
   RequestPtr drive(RequestPtr r);
+
+  // Cooperative progress, on the owner's thread only: when `cooperative` is set, something is
+  // outstanding and `cooperative_interval` has passed since the last poll that tested, tests
+  // every outstanding request that the background thread is not testing at this moment.
+  // Otherwise returns after one atomic load (and a clock read while work is outstanding).
+  // Never throws (errors are kept for the owner's test()); noexcept so that the kernels'
+  // progress hook can call it from inside an op.
+  void poll() noexcept;
+  // Trampoline for kernels::ScopedProgressHook: `arg` is the ProgressThread.
+  static void poll_hook(void* arg) noexcept { static_cast<ProgressThread*>(arg)->poll(); }
 
   const ProgressOptions& options() const { return opts_; }
   // Tests the progress thread made (for tests and reports).
   std::uint64_t background_tests() const;
+  // Tests poll() made (owner's thread).
+  std::uint64_t cooperative_tests() const { return coop_tests_; }
 
   struct Item;  // shared by the thread and the returned request
 
@@ -68,6 +91,11 @@ class ProgressThread {
   std::vector<std::shared_ptr<Item>> items_;
   std::uint64_t background_tests_ = 0;
   bool stop_ = false;
+  // poll(): requests driven and not yet seen complete, as the owner counts them (drive()
+  // adds, poll() subtracts); when the next poll may test; tests made.
+  std::vector<std::shared_ptr<Item>> owned_;
+  std::chrono::steady_clock::time_point next_poll_{};
+  std::uint64_t coop_tests_ = 0;
   std::thread thread_;  // started on the first drive()
 };
 

@@ -91,8 +91,9 @@ class VariantRunner {
  public:
   // `model` must outlive the runner. `deadline` bounds each wait on an async all-reduce.
   // opts.progress: ladder's in-flight all-reduces are driven by a background progress
-  // thread (transport/progress.hpp) while the next module computes; disabled, they move
-  // only when the runner waits for them. opts.reader: see Layer Parallelism above; the lp
+  // thread (transport/progress.hpp) and/or, with `cooperative`, by the next module's kernels
+  // through the kernels' progress hook (installed on the calling thread while a ladder span
+  // runs); with neither, they move only when the runner waits for them. opts.reader: see Layer Parallelism above; the lp
   // shards cover the pairs of model's stage (run_layers must be given the stage's bounds).
   VariantRunner(LlamaModel& model, VariantSpec spec, Millis deadline, VariantOptions opts = {});
   ~VariantRunner();
@@ -105,6 +106,8 @@ class VariantRunner {
   void run_layers(const Batch& batch, const kernels::TensorView& x, int first, int last);
 
   const VariantSpec& spec() const { return spec_; }
+  // What drives ladder's in-flight all-reduces (its test counts, for tests and reports).
+  const transport::ProgressThread& progress() const { return progress_; }
   // All-reduces issued by the last run (tests assert the count each variant promises).
   int all_reduces() const { return all_reduces_; }
   // lp: "layer" (the paper's placement: this rank holds one layer of each pair), "heads"

@@ -19,6 +19,7 @@
 // rank calls it with the same arguments in the same order); the rest is pure.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,7 @@ namespace trellis::runtime {
 inline constexpr const char* kNoCommLabel = "upper bound, outputs wrong";
 
 struct StudyPoint {
-  std::string variant;  // to_string(Variant)
+  std::string variant;  // to_string(Variant), or the label given (e.g. "ladder@coop")
   std::string layers;   // "A-B" (inclusive) the variant applies to, "all" for the whole model
   bool exact = true;    // false for nocomm
   int batch = 0;
@@ -50,6 +51,11 @@ struct StudyPoint {
   // or runnable but without a core.
   double decode_thread_cpu_s = 0, decode_process_cpu_s = 0;
   double decode_vol_switches = 0, decode_invol_switches = 0;
+  // Tests of ladder's in-flight all-reduces per prefill (medians, largest rank) made by the
+  // background progress thread and from inside the kernels (cooperative progress), in the
+  // log line and JSON of the study (not the CSV); 0 for
+  // the other variants.
+  double prefill_background_tests = 0, prefill_cooperative_tests = 0;
   // Filled by derive_study():
   double tokens_per_s = 0;         // end to end: B * gen_len / (prefill + gen_len * decode)
   double decode_tokens_per_s = 0;  // B / decode_s
@@ -95,6 +101,15 @@ struct StudyRun {
   // cost; a fine one (20 us) costs the compute thread ~15% of its core.
   bool wake_control = false;
   std::chrono::microseconds wake_interval{1000};
+  // measure_interleaved only, parallel to its specs (empty: none): per spec, the row's label
+  // (empty: the variant's name) and how its ladder all-reduces are driven (unset: `progress`),
+  // so that ways of driving ladder are compared within one interleaved run.
+  struct PerSpec {
+    std::string label;
+    std::optional<transport::ProgressOptions> progress;
+  };
+  std::vector<PerSpec> per_spec;
+  std::string label;  // measure_variant: the point's variant label (empty: to_string(kind))
 };
 
 // Times one variant at one batch size. `model` must hold run.place's layers (the whole model
