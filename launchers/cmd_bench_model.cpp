@@ -1,7 +1,8 @@
 // `trellis bench model`: decode tokens/s at batch 1 of a whole model on this rank,
 // against the memory-bandwidth limit measured in the same run (weight bytes streamed per
 // token / STREAM triad bandwidth), and beside PyTorch eager running the same checkpoint
-// through scripts/reference/torch_reference.py (also in the same run).
+// through scripts/reference/torch_reference.py (also in the same run). Under mpirun with
+// --batches it times TP groups in lock step and pipeline stages at once (group mode below).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -19,6 +20,8 @@
 #include "trellis/runtime/checkpoint/reader.hpp"
 #include "trellis/runtime/model/llama.hpp"
 #include "trellis/runtime/model/synthetic.hpp"
+#include "trellis/runtime/study/variant_study.hpp"
+#include "trellis/transport/collectives.hpp"
 
 namespace trellis::launchers {
 namespace {
@@ -39,6 +42,7 @@ struct BenchModelOptions {
   bool json = false;
   std::string batches;  // --batches: also time the forward at these batch sizes (calibration)
   int batch_reps = 3;
+  int tp = 0;  // group mode (mpirun): ranks per TP group; 0: the whole world
 };
 
 double median(std::vector<double> v) {
@@ -128,8 +132,162 @@ nlohmann::json time_batches(const BenchModelOptions& o, const runtime::Checkpoin
   return out;
 }
 
+// ---- group mode: `mpirun -np N trellis bench model --batches ... [--tp T]` -------------
+// The forward of a TP group in lock step with its real all-reduce (transport::make_group, as
+// `trellis run` builds it), and with N > T the N/T pipeline stages of the layout each
+// computing its own layers at the same time. The planner's calibration reads these as the
+// rates of ranks that co-run (departure 16): coupled ranks on shared cores lose more than a
+// division of the cores, and independent copies of the forward do not show it.
+
+// One rank's stage of the forward, timed per call: embedding on stage 0, its layers with
+// their all-reduces, the LM head and logits gather on the last stage. A later stage reads a
+// fixed hidden state as its input (stages are not connected here: they run at once).
+class StageStepper {
+ public:
+  StageStepper(runtime::LlamaModel& m) : m_(m) {}
+  double step(const runtime::Batch& b) {
+    const std::int64_t T = b.total_tokens(), H = m_.config().hidden_size;
+    x_.resize(static_cast<std::size_t>(T * H));
+    if (!m_.has_embedding())
+      for (std::size_t i = 0; i < x_.size(); ++i) x_[i] = 0.01f * static_cast<float>((i * 7919) % 101) - 0.5f;
+    auto x = kernels::TensorView::matrix(x_.data(), kernels::DType::kF32, T, H);
+    const double t0 = now_seconds();
+    m_.run_stage(b, x);
+    if (m_.has_lm_head()) {
+      local_.resize(static_cast<std::size_t>(b.logit_rows() * m_.layout().vocab_local()));
+      auto local = kernels::TensorView::matrix(local_.data(), kernels::DType::kF32, b.logit_rows(),
+                                               m_.layout().vocab_local());
+      m_.local_logits(b, x, local);
+      m_.gather_logits(local, full_);
+    }
+    return now_seconds() - t0;
+  }
+
+ private:
+  runtime::LlamaModel& m_;
+  std::vector<float> x_, local_, full_;
+};
+
+// One all-reduce of `count` floats alone in the group, both ranks ready (median of 10).
+double time_allreduce(transport::Group& group, std::size_t count) {
+  if (group.size() == 1) return 0;
+  std::vector<float> msg(count, 1.0f);
+  std::vector<double> t;
+  group.barrier();
+  for (int k = 0; k < 10; ++k) {
+    const double t0 = now_seconds();
+    group.all_reduce(msg.data(), msg.size(), transport::DType::kF32);
+    t.push_back(now_seconds() - t0);
+  }
+  return median(t);
+}
+
+// This rank's timings at every size of --batches: prefill, decode step (medians over
+// --batch-reps interleaved rounds, every rank of the world starting each size together),
+// and one all-reduce of the decode step's (and the prefill's) message alone in the TP group (the part of the
+// step the planner charges from the link, not from the rate).
+nlohmann::json time_group(Session& s, const BenchModelOptions& o, runtime::LlamaModel& model, transport::Group& group,
+                          const std::vector<int>& sizes) {
+  const auto& cfg = model.config();
+  StageStepper stage(model);
+  std::map<int, std::vector<double>> pre_s, step_s, ar_s, ar_pre_s;
+  for (int rep = 0; rep < o.batch_reps; ++rep)
+    for (int b : sizes) {
+      s.world().barrier(s.deadline());
+      runtime::Batch pre;
+      for (int q = 0; q < b; ++q) {
+        for (int i = 0; i < o.prompt; ++i)
+          pre.tokens.push_back(static_cast<std::int32_t>((i * 37 + q * 11 + 5) % cfg.vocab_size));
+        pre.seqs.push_back({q, 0, o.prompt});
+      }
+      pre_s[b].push_back(stage.step(pre));
+      std::vector<std::int32_t> next(static_cast<std::size_t>(b));
+      std::vector<std::int64_t> pos(static_cast<std::size_t>(b), o.prompt);
+      std::vector<double> steps;
+      for (int k = 0; k < o.steps; ++k) {
+        for (int q = 0; q < b; ++q) next[static_cast<std::size_t>(q)] = (k * 13 + q * 7 + 1) % cfg.vocab_size;
+        steps.push_back(stage.step(runtime::Batch::decode(next, pos)));
+        for (auto& p : pos) ++p;
+      }
+      step_s[b].push_back(median(steps));
+      ar_s[b].push_back(time_allreduce(group, static_cast<std::size_t>(b) * cfg.hidden_size));
+      ar_pre_s[b].push_back(time_allreduce(group, static_cast<std::size_t>(b) * o.prompt * cfg.hidden_size));
+    }
+  // All-reduces in one step of this stage: two per layer, and the embedding's on stage 0.
+  const int per_step = group.size() > 1 ? 2 * (model.last_layer() - model.first_layer()) + (model.has_embedding() ? 1 : 0) : 0;
+  nlohmann::json out = nlohmann::json::array();
+  for (int b : sizes)
+    out.push_back({{"batch", b}, {"prefill_tokens", b * o.prompt}, {"prefill_s", median(pre_s[b])},
+                   {"decode_step_s", median(step_s[b])}, {"decode_context_mean", o.prompt + (o.steps - 1) / 2.0},
+                   {"decode_step_s_reps", step_s[b]}, {"allreduce_s", median(ar_s[b])},
+                   {"allreduce_prefill_s", median(ar_pre_s[b])},
+                   {"allreduces_per_step", per_step}});
+  return out;
+}
+
+int run_bench_group(Session& s, const BenchModelOptions& o) {
+  const int tp = o.tp > 0 ? o.tp : s.size();
+  if (!s.require_world(s.size() % tp == 0 && !o.batches.empty(),
+                       fmt::format("bench model with {} ranks: --tp {} must divide them and --batches is required "
+                                   "(the group mode times the forward at those sizes)", s.size(), tp)))
+    return 1;
+  const int pp = s.size() / tp;
+  if (s.is_root()) ensure_checkpoint(o);  // written once, by one rank
+  s.world().barrier(s.deadline());
+  const std::string dir = ensure_checkpoint(o);
+  auto reader = runtime::open_checkpoint(dir);
+  auto cfg = runtime::parse_model_config(reader->config_json().value_or("{}"), dir + "/config.json");
+  const auto place = runtime::StagePlace::of(s.rank(), tp, pp, cfg.num_layers);
+  kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")));
+  // One TP group per stage (world ranks stage * tp ... + tp - 1), built as `trellis run`
+  // builds them: make_group is collective, so every rank makes every stage's group in order.
+  std::unique_ptr<transport::Group> group;
+  for (int st = 0; st < pp; ++st) {
+    std::vector<int> members;
+    for (int i = 0; i < tp; ++i) members.push_back(st * tp + i);
+    auto g = tp == 1 ? (st == place.stage ? transport::make_single_group(s.rank()) : nullptr)
+                     : transport::make_group(s.world(), members, transport::GroupOptions::from_config(s.config), s.config);
+    if (st == place.stage) group = std::move(g);
+  }
+  std::vector<int> sizes;
+  for (auto b : parse_int_list(o.batches, "--batches")) {
+    if (b < 1) throw_error(ErrorCode::kInvalidArgument, "--batches: batch sizes must be >= 1 (got {})", b);
+    sizes.push_back(static_cast<int>(b));
+  }
+  runtime::LoadOptions lo;
+  lo.first_layer = place.first_layer;
+  lo.last_layer = place.last_layer;
+  lo.max_slots = *std::max_element(sizes.begin(), sizes.end());
+  lo.max_seq_len = o.prompt + o.steps + 1;
+  lo.weight_dtype = o.weights == "bf16" ? runtime::ElemType::kBF16 : runtime::ElemType::kF32;
+  runtime::LlamaModel model(*reader, cfg, *group, ctx, lo);
+  nlohmann::json mine = {{"rank", s.rank()}, {"stage", place.stage}, {"tp_rank", place.tp_rank},
+                         {"first_layer", place.first_layer}, {"last_layer", place.last_layer},
+                         {"embedding", model.has_embedding()}, {"lm_head", model.has_lm_head()},
+                         {"allreduce", group->describe()}, {"batches", time_group(s, o, model, *group, sizes)}};
+  auto all = transport::allgather_strings(s.world(), mine.dump(), s.deadline());
+  if (!s.is_root()) return 0;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : all) ranks.push_back(nlohmann::json::parse(r));
+  nlohmann::json j = {{"model", dir}, {"weights", o.weights}, {"threads", ctx.threads()}, {"world", s.size()},
+                      {"tp", tp}, {"pp", pp}, {"prefill_tokens", o.prompt}, {"steps", o.steps}, {"ranks", ranks}};
+  if (o.json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("model {} on {} ranks (tp {} x pp {}, {} threads each), all at once\n", dir, s.size(), tp, pp,
+                           ctx.threads());
+  for (const auto& r : ranks)
+    for (const auto& b : r["batches"])
+      std::cout << fmt::format("  rank {} stage {}: batch {:>4}: prefill {:.4f} s, decode step {:.3f} ms, all-reduce {:.1f} us\n",
+                               r["rank"].get<int>(), r["stage"].get<int>(), b["batch"].get<int>(),
+                               b["prefill_s"].get<double>(), 1e3 * b["decode_step_s"].get<double>(),
+                               1e6 * b["allreduce_s"].get<double>());
+  return 0;
+}
+
 int run_bench_model(Session& s, const BenchModelOptions& o) {
-  if (!s.require_world(s.size() == 1, "bench model measures one rank; run it without mpirun")) return 1;
+  if (s.size() > 1) return run_bench_group(s, o);
   const std::string dir = ensure_checkpoint(o);
   auto reader = runtime::open_checkpoint(dir);
   auto cfg = runtime::parse_model_config(reader->config_json().value_or("{}"), dir + "/config.json");
@@ -235,6 +393,10 @@ Action define_bench_model(CLI::App& sub) {
                  "Also time prefill and decode of the forward at these batch sizes, e.g. 1,4,16 (JSON 'batches')");
   sub.add_option("--batch-reps", o->batch_reps, "Interleaved rounds over --batches (medians kept)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  sub.add_option("--tp", o->tp,
+                 "Under mpirun: ranks per TP group (default: all); the world / tp groups are pipeline stages, "
+                 "each timing its own layers at once")
+      ->check(CLI::PositiveNumber);
   return [o](Session& s) { return run_bench_model(s, *o); };
 }
 

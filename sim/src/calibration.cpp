@@ -2,6 +2,7 @@
 // says which field, not only that parsing failed.
 #include "trellis/sim/calibration.hpp"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -116,6 +117,14 @@ std::vector<MatmulPoint> read_matmul(const Reader& r, const json& a) {
     if (a[i].contains("tp")) m.tp = static_cast<int>(r.num(a[i], "tp", p));
     if (a[i].contains("context")) m.context = r.num(a[i], "context", p, false);
     if (a[i].contains("concurrent")) m.concurrent = static_cast<int>(r.num(a[i], "concurrent", p));
+    if (a[i].contains("coupled")) {
+      if (!a[i]["coupled"].is_boolean()) r.fail(p + "coupled", "must be true or false");
+      m.coupled = a[i]["coupled"].get<bool>();
+      // A lock-step measurement ran whole TP groups: concurrent / tp of them.
+      if (m.coupled && (m.tp < 1 || m.concurrent % m.tp != 0 || m.concurrent < 2))
+        r.fail(p + "concurrent", fmt::format("must be a multiple of tp ({}) and at least 2 for a coupled point (got {})",
+                                             m.tp, m.concurrent));
+    }
     out.push_back(m);
   }
   return out;

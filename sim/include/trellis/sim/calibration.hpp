@@ -20,7 +20,9 @@
 //                  "cores": 2, "threads_per_rank": 2,
 //                  "matmul": [ { "threads": 1, "rows": 1, "params_per_s": 3.1e9,
 //                                // optional: TP shard measured, attention context included
-//                                "tp": 1, "context": 95.5, "concurrent": 1 }, ... ] },
+//                                "tp": 1, "context": 95.5, "concurrent": 1,
+//                                // optional: measured in lock step (departure 16)
+//                                "coupled": false }, ... ] },
 //     "runtime": { "step_overhead_us": 230, "step_overhead_per_seq_us": 40 } }
 //                  // the engine's cost per iteration (fixed + per sequence), measured
 //
@@ -81,6 +83,12 @@ struct MatmulPoint {
   // measured with k copies, so contention (threads oversubscribing the cores, the memory
   // system shared) is measured, not assumed.
   int concurrent = 1;
+  // Departure 16: measured with the ranks coupled as a layout couples them, not as
+  // independent copies: `trellis bench model` under mpirun, `concurrent` ranks in TP groups
+  // of `tp` with the real all-reduce (lock step) and concurrent / tp pipeline stages computing
+  // their own layers at once. The rate excludes the all-reduces' own measured time (the model
+  // charges those from the link) but holds every wait for the slower partner.
+  bool coupled = false;
 };
 
 struct CalibratedCompute {

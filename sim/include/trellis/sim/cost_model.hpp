@@ -216,11 +216,14 @@ double roofline_time(const DeviceSpec& d, const Efficiency& e, double flops, dou
 // between measured thread counts, and slowed by 1/cores below the smallest (time-sharing);
 // never slower than a smaller measured thread count that fits in `cores`. Only the points of
 // one TP shard are read: those measured at the largest tp <= `tp` (else the smallest tp),
-// and of them those measured with `concurrent` copies at once (departure 15).
-double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores, int tp = 1, int concurrent = 1);
+// and of them those measured with `concurrent` copies at once (departure 15), or with
+// `coupled`, those measured in lock step with TP groups of exactly `tp` ranks and
+// `concurrent` ranks busy in all (departure 16).
+double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores, int tp = 1, int concurrent = 1,
+                             bool coupled = false);
 // Whether the curve has points of the TP shard `tp` reads measured with exactly `concurrent`
-// copies running at once.
-bool cpu_has_concurrent_curve(const CpuSharing& c, int tp, int concurrent);
+// copies running at once (or, `coupled`, `concurrent` ranks in lock step in TP groups of `tp`).
+bool cpu_has_concurrent_curve(const CpuSharing& c, int tp, int concurrent, bool coupled = false);
 // Attention positions per row that the curve read at (`rows`, `tp`) already includes (the
 // context of the point nearest in rows, log scale; 0 for kernel-only points). Departure 14.
 double cpu_curve_context(const CpuSharing& c, double rows, int tp = 1);
