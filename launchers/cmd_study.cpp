@@ -80,10 +80,17 @@ std::unique_ptr<runtime::CheckpointReader> open_model(const StudyOptions& o, run
   return runtime::make_synthetic_reader(cfg, o.weights == "f32" ? "F32" : "BF16", 1);
 }
 
-// "ladder@MODE": ladder with its all-reduces driven one way, as its own row, so that ways of
-// driving are compared in one interleaved run. MODE: thread (background progress thread
-// only), coop (the kernels' progress hook only), both, none (only the waits).
-transport::ProgressOptions drive_mode(const std::string& mode, transport::ProgressOptions base) {
+// "ladder@MODE[:US]": ladder with its all-reduces driven one way, as its own row, so that ways
+// of driving are compared in one interleaved run. MODE: thread (background progress thread
+// only), coop (the kernels' progress hook only), both, none (only the waits); US: the
+// cooperative interval in microseconds (default: comm.progress_cooperative_us).
+transport::ProgressOptions drive_mode(std::string mode, transport::ProgressOptions base) {
+  if (auto colon = mode.find(':'); colon != std::string::npos) {
+    const auto us = parse_int(mode.substr(colon + 1), "--variants ladder@MODE:US");
+    if (us < 0) throw_error(ErrorCode::kInvalidArgument, "--variants: ladder@{}: the interval must be >= 0", mode);
+    base.cooperative_interval = std::chrono::microseconds(us);
+    mode.resize(colon);
+  }
   if (mode != "thread" && mode != "coop" && mode != "both" && mode != "none")
     throw_error(ErrorCode::kInvalidArgument, "--variants: ladder@{}: unknown mode (valid: thread, coop, both, none)", mode);
   base.enabled = mode == "thread" || mode == "both";
@@ -156,6 +163,7 @@ int run_study(Session& s, StudyOptions o) {
   // One TP group per stage (world ranks stage * tp ... stage * tp + tp - 1); make_group is
   // collective over the world, so every rank makes every stage's group in order.
   std::unique_ptr<transport::Group> group;
+  std::string tp_links = "none";  // what the TP group's all-reduce runs over, for the title
   if (s.size() == 1) {
     group = transport::make_single_group(0);
   } else {
@@ -174,7 +182,13 @@ int run_study(Session& s, StudyOptions o) {
                                               false, policy);
       auto go = transport::follow_transport(transport::GroupOptions::from_config(s.config), choice);
       auto g = transport::make_group(s.world(), members, go, s.config, hosts);
-      if (st == place.stage) group = std::move(g);
+      if (st == place.stage) {
+        group = std::move(g);
+        tp_links = go.algorithm == transport::Algorithm::kMpi ? std::string("MPI")
+                   : one_host && (go.algorithm == transport::Algorithm::kAuto || go.algorithm == transport::Algorithm::kShm)
+                       ? std::string("shared memory")
+                       : std::string(transport::to_string(go.cross_host)) + " links";
+      }
     }
   }
   runtime::LoadOptions lo;
@@ -213,8 +227,8 @@ int run_study(Session& s, StudyOptions o) {
   if (!s.is_root()) return 0;
 
   const std::string title =
-      fmt::format("trellis study variants: {}, tp={} ({} group{}), pp={}, {} weights, {} kernel threads per rank, "
-                  "ladder progress thread {}{}{}", model_name, o.tp, group->describe(),
+      fmt::format("trellis study variants: {}, tp={} ({} group over {}{}), pp={}, {} weights, {} kernel threads per rank, "
+                  "ladder progress thread {}{}{}", model_name, o.tp, group->describe(), tp_links,
                   s.config.get_bool("comm.no_nvlink") ? ", --no-nvlink" : "", o.pp, o.weights, ctx.threads(),
                   run.progress.enabled ? fmt::format("on ({} us)", run.progress.interval.count()) : std::string("off"),
                   o.wake_control ? fmt::format(", wake control ({} us) on every variant", o.wake_interval_us) : std::string(),
@@ -258,7 +272,7 @@ Action define_study_variants(CLI::App& sub) {
   sub.add_option("--variants", o->variants,
                  "Variants, comma-separated (standard and nocomm are always added); ladder@thread, ladder@coop, "
                  "ladder@both, ladder@none: ladder with its all-reduces driven by the progress thread, the kernels' "
-                 "progress hook, both or neither, each its own row")
+                 "progress hook, both or neither, each its own row (coop:US, both:US: cooperative interval)")
       ->capture_default_str();
   sub.add_option("--ladder-layers", o->ladder_layers, "Layers A-B (inclusive) ladder applies to (default: all)");
   sub.add_option("--lp-layers", o->lp_layers, "Layers A-B (inclusive) lp pairs up (default: all)");

@@ -50,6 +50,10 @@ constexpr std::array kSettings = {
     SettingSpec{"comm.coll_one_shot_max", T::kSize, "32KiB",
                 "shm all-reduce: every rank sums all inputs up to this size, reduce-scatter+all-gather above",
                 ""},
+    SettingSpec{"comm.coll_shm_park", T::kBool, "true",
+                "shm collectives: a rank that spun and yielded without its peers moving blocks on a futex "
+                "until a peer publishes (false: keeps yielding, then sleeping, as other waits do)",
+                ""},
     SettingSpec{"comm.coll_doubling_max", T::kSize, "64KiB",
                 "ring all-reduce: recursive doubling up to this size (power-of-two groups), ring above", ""},
     SettingSpec{"comm.progress_thread", T::kBool, "true",
@@ -63,7 +67,7 @@ constexpr std::array kSettings = {
                 "Ladder: the compute thread's kernels also test the in-flight all-reduce between GEMM blocks "
                 "(kernels' progress hook), at most every comm.progress_cooperative_us",
                 "TRELLIS_PROGRESS_COOPERATIVE"},
-    SettingSpec{"comm.progress_cooperative_us", T::kInt, "50",
+    SettingSpec{"comm.progress_cooperative_us", T::kInt, "100",
                 "Cooperative progress: least microseconds between two tests from inside the kernels", ""},
     SettingSpec{"comm.wait_spins", T::kInt, "2000",
                 "Blocking communication waits: most polls spent spinning before yielding the core between "

@@ -166,7 +166,7 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
   std::optional<transport::ProgressThread> control;
   transport::RequestPtr idle;
   if (run.wake_control) {
-    control.emplace(transport::ProgressOptions{true, run.wake_interval});
+    control.emplace(transport::ProgressOptions{true, run.wake_interval, false});
     idle = control->drive(std::make_unique<IdleRequest>());
   }
   const std::int64_t H = cfg.hidden_size, P = run.prompt_len, B = batch;

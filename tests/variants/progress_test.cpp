@@ -85,7 +85,7 @@ TEST(ProgressThread, DroppingAnUnfinishedRequestIsSafe) {
 }
 
 TEST(ProgressThread, DisabledHandsTheRequestBack) {
-  ProgressThread p({false, std::chrono::microseconds(10)});
+  ProgressThread p({false, std::chrono::microseconds(10), false});  // no thread, no cooperative polls
   std::atomic<int> tests{0};
   auto inner = std::make_unique<CountingRequest>(1, tests);
   Request* raw = inner.get();
