@@ -143,7 +143,11 @@ void run_allreduce(Session& s, const CommOptions& o, const comm::Budget& b, json
       series.ranks = p;
       series.link_class = cls;
       if (series.name.empty()) series.name = groups[gi].first;
-      if (series.name == "ring") series.note = "links: " + std::string(to_string(opts.cross_host));
+      // The calibration keys the algorithm family ("ring"); the rest names the links.
+      if (auto sp = series.name.find(' '); sp != std::string::npos) {
+        series.note = series.name.substr(sp + 1);
+        series.name.resize(sp);
+      }
       if (series.name == "mpi") series.note = "MPI_Iallreduce polled against the deadline (the fallback group)";
       for (const auto& pt : series.points) ok = ok && pt.verified;
       if (s.is_root()) print_series(series, true);

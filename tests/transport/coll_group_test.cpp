@@ -324,7 +324,7 @@ TEST(CollectivesFactory, AutoPicksShmInHostAndRingAcrossHosts) {
   std::vector<int> one_per_host(static_cast<std::size_t>(world().size()));
   std::iota(one_per_host.begin(), one_per_host.end(), 0);
   auto ring = make_group(world(), everyone(), o, config, one_per_host);
-  EXPECT_EQ(ring->describe(), "ring");
+  EXPECT_EQ(ring->describe(), "ring over mpi");  // the link backend is named, for the start-up log
   o.algorithm = Algorithm::kShm;
   EXPECT_THROW(make_group(world(), everyone(), o, config, one_per_host), Error);
 }

@@ -11,6 +11,13 @@
 // (down to kMinSpins); a wait that ended while yielding, with every yield returning at
 // once, would have ended sooner spinning, so the next waits spin more (up to
 // policy.spins). Thread-local, so each thread learns its own situation.
+//
+// Waits that can block (adaptive_wait with a `park` callable: the shm collectives, whose
+// peers publish through a futex word) stop yielding after the first contended yield or
+// kYieldsBeforePark yields and block until the state may have changed: a yielding waiter
+// stays on the run queue, so a peer that shares its core gets only part of that core and a
+// yield can hand the core to a third process for a whole slice; a blocked one leaves the
+// core to whoever needs it until the peer wakes it.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +25,7 @@
 #include <cstdint>
 #include <thread>
 #include <type_traits>
+#include <utility>
 
 #include "trellis/core/clock.hpp"
 #include "trellis/core/error.hpp"
@@ -46,11 +54,25 @@ inline unsigned& spin_budget() {
   return budget;
 }
 
+inline constexpr unsigned kYieldsBeforePark = 64;
+// The longest single block: a park also ends on this timeout so that the caller's liveness
+// checks (a dead peer wakes nobody) and the deadline are seen within a few milliseconds.
+inline constexpr auto kParkSlice = std::chrono::milliseconds(5);
+
+// Blocks of this thread's parking waits (for tests: proves a wait did block).
+inline std::uint64_t& park_count() {
+  thread_local std::uint64_t parks = 0;
+  return parks;
+}
+
 // Polls done() until true; restarts the policy whenever steps() or progress_marks()
 // changes (a long operation that makes progress never reaches the sleeping phase). Throws
 // kTimeout naming what() (a string or a callable returning one) when the deadline passes.
-template <typename Done, typename Steps, typename What>
-void adaptive_wait(Done&& done, Steps&& steps, Deadline deadline, What&& what, const PollPolicy& policy) {
+// park(max) blocks until the state done() reads may have changed or `max` passed and
+// returns true, or returns false when this wait cannot block (it then yields and sleeps).
+template <typename Done, typename Steps, typename Park, typename What>
+void adaptive_wait(Done&& done, Steps&& steps, Park&& park, Deadline deadline, What&& what,
+                   const PollPolicy& policy) {
   const unsigned max_spins = std::max(policy.spins, 1u);
   const unsigned min_spins = std::min(kMinSpins, max_spins);
   unsigned& budget = spin_budget();
@@ -58,31 +80,53 @@ void adaptive_wait(Done&& done, Steps&& steps, Deadline deadline, What&& what, c
   auto start = Clock::now();
   auto last = steps();
   auto last_mark = progress_marks();
-  bool yielded = false, contended = false;
+  bool yielded = false, contended = false, parking = false, parked = false, can_park = true;
+  unsigned yields = 0;
   for (unsigned long spin = 0;; ++spin) {
     if (done()) break;
     if (auto now_steps = steps(); now_steps != last) {
       last = now_steps;
       spin = 0;
+      yields = 0;
+      parking = false;
     } else if (progress_marks() != last_mark) {
       last_mark = progress_marks();
       spin = 0;
+      yields = 0;
+      parking = false;
     }
-    if ((spin & 63) == 0 && deadline.expired()) throw_wait_timeout(what, start);
+    if ((parking || (spin & 63) == 0) && deadline.expired()) throw_wait_timeout(what, start);
+    if (parking) {
+      if (park(std::min<Clock::duration>(kParkSlice, deadline.remaining()))) {
+        ++park_count();
+        parked = true;
+        continue;
+      }
+      parking = can_park = false;  // this wait cannot block: yield and sleep as before
+    }
     if (spin > policy.yields) {
       std::this_thread::sleep_for(policy.sleep);
     } else if (spin > budget) {
       auto t0 = Clock::now();
       std::this_thread::yield();
       yielded = true;
-      if (Clock::now() - t0 > kContendedYield) contended = true;
+      bool late = Clock::now() - t0 > kContendedYield;
+      contended = contended || late;
+      parking = can_park && (late || ++yields > kYieldsBeforePark);
     }
   }
   if (contended) {
     budget = std::max(min_spins, budget / 2);
-  } else if (yielded) {
+  } else if (yielded && !parked) {
     budget = std::min(max_spins, budget * 2);
   }
+}
+
+// The same for waits that cannot block.
+template <typename Done, typename Steps, typename What>
+void adaptive_wait(Done&& done, Steps&& steps, Deadline deadline, What&& what, const PollPolicy& policy) {
+  adaptive_wait(std::forward<Done>(done), std::forward<Steps>(steps), [](Clock::duration) { return false; }, deadline,
+                std::forward<What>(what), policy);
 }
 
 }  // namespace trellis::transport::detail

@@ -38,6 +38,7 @@ GroupOptions GroupOptions::from_config(const Config& config) {
   o.shm_slot_bytes = config.get_size("comm.coll_shm_slot_bytes");
   const auto slots = config.get_int("comm.coll_shm_slots");
   o.shm_slots = slots < 0 ? 0 : static_cast<std::size_t>(slots);
+  o.shm_park = config.get_bool("comm.coll_shm_park");
   o.one_shot_max_bytes = config.get_size("comm.coll_one_shot_max");
   o.doubling_max_bytes = config.get_size("comm.coll_doubling_max");
   o.deadline = config.get_duration("comm.deadline_ms");
@@ -144,8 +145,8 @@ void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::si
 void wait_stepped(Request& r, Deadline deadline, const PollPolicy& policy) {
   auto* stepped = dynamic_cast<SteppedRequest*>(&r);
   if (stepped == nullptr) return r.wait(deadline, policy);
-  adaptive_wait([&] { return r.test(); }, [&] { return stepped->steps_done(); }, deadline, [&] { return r.describe(); },
-                policy);
+  adaptive_wait([&] { return r.test(); }, [&] { return stepped->steps_done(); },
+                [&](Clock::duration max) { return stepped->park(max); }, deadline, [&] { return r.describe(); }, policy);
 }
 
 namespace {
@@ -173,6 +174,10 @@ class SequenceRequest final : public SteppedRequest {
   std::uint64_t steps_done() const override {
     auto* s = dynamic_cast<const SteppedRequest*>(current_.get());
     return next_ * 1000003 + (s ? s->steps_done() : 0);
+  }
+  bool park(Clock::duration max) override {
+    auto* s = dynamic_cast<SteppedRequest*>(current_.get());
+    return s != nullptr && s->park(max);
   }
   std::size_t bytes() const override { return bytes_; }
   std::string describe() const override {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "trellis/core/clock.hpp"
 #include "trellis/transport/collectives.hpp"
 #include "trellis/transport/group.hpp"
 #include "trellis/transport/request.hpp"
@@ -29,6 +30,11 @@ void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::si
 class SteppedRequest : public Request {
  public:
   virtual std::uint64_t steps_done() const = 0;
+  // Blocks the calling thread until test() may be able to move (a peer published something
+  // or failed) or `max` passed, and returns true; false (at once) when this request cannot
+  // block, so the waiter yields and sleeps instead. wait_stepped calls it once spinning and
+  // yielding did not end the wait.
+  virtual bool park(Clock::duration /*max*/) { return false; }
 };
 
 // Waits for `r` like Request::wait, but restarts the spin-then-yield-then-sleep policy

@@ -56,6 +56,7 @@ class FifoQueue {
   bool empty() const { return queue_.empty(); }
   std::uint64_t completed() const { return completed_; }
   const Request* head() const { return queue_.empty() ? nullptr : queue_.front()->req.get(); }
+  Request* head_mutable() { return queue_.empty() ? nullptr : queue_.front()->req.get(); }
 
  private:
   std::deque<std::shared_ptr<Entry>> queue_;
@@ -74,6 +75,12 @@ class QueuedRequest final : public detail::SteppedRequest {
   std::uint64_t steps_done() const override {
     auto* s = dynamic_cast<const detail::SteppedRequest*>(queue_->head());
     return queue_->completed() * 1000003 + (s ? s->steps_done() : 0);
+  }
+  // Blocks on whatever runs at the head (test() drives the queue from there).
+  bool park(Clock::duration max) override {
+    if (entry_->done) return false;
+    auto* s = dynamic_cast<detail::SteppedRequest*>(queue_->head_mutable());
+    return s != nullptr && s->park(max);
   }
   std::size_t bytes() const override { return bytes_; }
   std::string describe() const override {
@@ -101,14 +108,18 @@ class HierGroup final : public AsyncGroup {
     int max_local = 0;
   };
   HierGroup(std::vector<int> members, int rank, Layout layout, std::unique_ptr<AsyncGroup> local,
-            std::unique_ptr<AsyncGroup> leaders, Millis deadline)
+            std::unique_ptr<AsyncGroup> leaders, Millis deadline, Backend cross_host)
       : members_(std::move(members)), rank_(rank), layout_(std::move(layout)), local_(std::move(local)),
-        leaders_(std::move(leaders)), deadline_(deadline) {}
+        leaders_(std::move(leaders)), deadline_(deadline), cross_host_(cross_host) {}
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }
   const std::vector<int>& members() const override { return members_; }
-  std::string describe() const override { return "hierarchical"; }
+  // Every member names the leaders' links, also those that are not leaders themselves.
+  std::string describe() const override {
+    return fmt::format("hierarchical ({} in each host, ring over {} between hosts)", local_->describe(),
+                       to_string(cross_host_));
+  }
   Millis deadline() const override { return deadline_; }
   const PollPolicy& wait_policy() const override { return local_->wait_policy(); }
 
@@ -197,6 +208,7 @@ class HierGroup final : public AsyncGroup {
   Layout layout_;
   std::unique_ptr<AsyncGroup> local_, leaders_;
   Millis deadline_;
+  Backend cross_host_;
   std::shared_ptr<FifoQueue> queue_ = std::make_shared<FifoQueue>();
 };
 
@@ -268,7 +280,7 @@ std::unique_ptr<Group> make_group(Bootstrap& world, const std::vector<int>& memb
   auto leader_group = as_async(make_ring_group(world, leader ? leaders : no_one, options, config));
   if (!member) return nullptr;
   return std::make_unique<HierGroup>(members, my_rank, std::move(layout), std::move(local_group),
-                                     std::move(leader_group), options.deadline);
+                                     std::move(leader_group), options.deadline, options.cross_host);
 }
 
 }  // namespace trellis::transport

@@ -57,7 +57,8 @@ class RingGroup final : public detail::AsyncGroup {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }
   const std::vector<int>& members() const override { return members_; }
-  std::string describe() const override { return "ring"; }
+  // "ring over ucx": which links carry it is what a user checks first (is the fast path in use?).
+  std::string describe() const override { return "ring over " + std::string(to_string(t_->backend())); }
   Millis deadline() const override { return opts_.deadline; }
   const PollPolicy& wait_policy() const override { return opts_.wait; }
 

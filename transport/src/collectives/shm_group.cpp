@@ -14,6 +14,13 @@
 // so a rank fills piece s+1 while its peers still reduce piece s and drains piece s-1 when
 // it would otherwise idle; with small pieces (cache-sized) the ring of slots stays in the
 // caches and the caller's buffer is streamed through once.
+//
+// A rank that has spun and yielded without its peers moving blocks on the header's `epoch`
+// futex word (ShmGroup::park) after announcing itself in `waiters`; every publish that sees
+// a waiter bumps the epoch and wakes them all. The announcement and the publisher's check
+// are each followed by a full fence, so either the waiter sees the new flag before blocking
+// or the publisher sees the waiter and wakes it (no lost wake-up); a park also ends after
+// detail::kParkSlice, for the liveness checks and the deadline.
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +29,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "src/collectives/futex.hpp"
 #include "src/collectives/internal.hpp"
 #include "src/collectives/shm_segment.hpp"
 #include "trellis/core/error.hpp"
@@ -31,7 +39,7 @@
 namespace trellis::transport {
 namespace {
 
-constexpr std::uint64_t kMagic = 0x7472656c6c697332ull;  // "trellis2": ring of K slots
+constexpr std::uint64_t kMagic = 0x7472656c6c697333ull;  // "trellis3": ring of K slots, futex word
 constexpr std::size_t kLine = 64;
 
 struct alignas(kLine) Flag {
@@ -49,6 +57,10 @@ struct alignas(kLine) Header {
   // Each member's pid (group ranks below kPidMembers; 0: not attached), so a wait can tell
   // a dead member, which never moves its flags again, from a slow one.
   std::atomic<std::int64_t> pid[64];
+  // Members blocked (or about to block) in park(), and the futex word they block on. Own
+  // lines: `waiters` is read by every publish, `epoch` written only when someone waits.
+  alignas(kLine) std::atomic<std::uint32_t> waiters;
+  alignas(kLine) std::atomic<std::uint32_t> epoch;
 };
 constexpr int kPidMembers = 64;
 
@@ -93,7 +105,28 @@ class ShmGroup final : public detail::AsyncGroup {
     return flags_[static_cast<std::size_t>(k) * members_.size() + static_cast<std::size_t>(r)].value;
   }
   std::uint64_t load(FlagKind k, int r) const { return flag(k, r).load(std::memory_order_acquire); }
-  void publish(FlagKind k, std::uint64_t seq) const { flag(k, rank_).store(seq, std::memory_order_release); }
+  void publish(FlagKind k, std::uint64_t seq) const {
+    flag(k, rank_).store(seq, std::memory_order_release);
+    // Pairs with the fence in park(): a waiter that did not see this store is seen here.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (header_->waiters.load(std::memory_order_relaxed) != 0) wake();
+  }
+  void wake() const {
+    header_->epoch.fetch_add(1, std::memory_order_seq_cst);
+    detail::futex_wake_shared(&header_->epoch);
+  }
+  // Blocks until a member publishes or fails, or `max` passed, unless `movable()` already
+  // holds after this rank announced itself (then the publish it sees came first).
+  template <typename Movable>
+  void park(Movable&& movable, Clock::duration max) {
+    header_->waiters.fetch_add(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const std::uint32_t epoch = header_->epoch.load(std::memory_order_seq_cst);
+    if (!movable() && header_->failed.load(std::memory_order_acquire) == 0)
+      detail::futex_wait_shared(&header_->epoch, epoch, max);
+    header_->waiters.fetch_sub(1, std::memory_order_seq_cst);
+    polls_ |= 255;  // the next check_peers reads the clock: a dead peer wakes nobody
+  }
   bool all_at_least(FlagKind k, std::uint64_t seq) const {
     for (int r = 0; r < size(); ++r)
       if (load(k, r) < seq) return false;
@@ -105,6 +138,7 @@ class ShmGroup final : public detail::AsyncGroup {
   std::size_t slot_bytes() const { return opts_.shm_slot_bytes; }
   std::uint64_t slots() const { return opts_.shm_slots; }
   std::size_t one_shot_max() const { return opts_.one_shot_max_bytes; }
+  bool parks() const { return opts_.shm_park; }
   // Reserves `pieces` consecutive sequence numbers and returns the first.
   std::uint64_t reserve(std::size_t pieces) {
     std::uint64_t first = seq_ + 1;
@@ -134,6 +168,7 @@ class ShmGroup final : public detail::AsyncGroup {
     if (header_->failed.load() != 0) return;
     std::snprintf(header_->reason, sizeof(header_->reason), "%s", why.c_str());
     header_->failed.compare_exchange_strong(expected, members_[rank_] + 1, std::memory_order_release);
+    wake();  // the peers blocked in park() must see it now, not after their slice
   }
   void begin(ShmOp* op);
   void end(ShmOp* op) {
@@ -197,6 +232,11 @@ class ShmOp final : public detail::SteppedRequest {
   std::size_t bytes() const override { return total_ * esize_; }
   std::string describe() const override;
   std::uint64_t steps_done() const override { return steps_; }
+  bool park(Clock::duration max) override {
+    if (complete_ || !g_.parks()) return false;
+    g_.park([this] { return movable(); }, max);
+    return true;
+  }
 
  private:
   struct Piece {
@@ -221,6 +261,7 @@ class ShmOp final : public detail::SteppedRequest {
   std::byte* user(const Piece& p, std::size_t at) const { return data_ + (p.off + at) * esize_; }
 
   bool advance();  // one phase of one piece; false when nothing can move now
+  bool movable() const;  // whether advance() would move
   bool fill_ready(const Piece& p) const {
     return p.seq <= g_.slots() || g_.all_at_least(FlagKind::kFinished, p.seq - g_.slots());
   }
@@ -285,6 +326,11 @@ bool ShmOp::advance() {
     }
   }
   return false;
+}
+
+bool ShmOp::movable() const {
+  return (reduced_ < filled_ && reduce_ready(piece(reduced_))) || (filled_ < pieces_ && fill_ready(piece(filled_))) ||
+         (drained_ < reduced_ && drain_ready(piece(drained_)));
 }
 
 bool ShmOp::drain_ready(const Piece& p) const {

@@ -64,6 +64,10 @@ struct GroupOptions {
   // Ring slots (K >= 2) per rank: up to K pieces are in flight, a rank filling piece s+1
   // while its peers reduce piece s; a slot is reused only after every member finished it.
   std::size_t shm_slots = 8;
+  // shm collectives: a waiting rank blocks on a futex in the segment once spinning and
+  // yielding did not end its wait, and the peers' next publish wakes it (false: it keeps
+  // yielding and then sleeps, like every other wait).
+  bool shm_park = true;
   // shm all-reduce: one-shot up to this many bytes, two-shot above.
   std::size_t one_shot_max_bytes = 32u << 10;
   // ring: recursive doubling up to this many bytes (power-of-two groups only), ring above.
@@ -74,7 +78,7 @@ struct GroupOptions {
   PollPolicy wait;
 
   // From the settings comm.coll_algorithm, comm.coll_backend, comm.coll_shm_slot_bytes,
-  // comm.coll_shm_slots, comm.coll_one_shot_max, comm.coll_doubling_max, comm.deadline_ms and comm.wait_*.
+  // comm.coll_shm_slots, comm.coll_shm_park, comm.coll_one_shot_max, comm.coll_doubling_max, comm.deadline_ms and comm.wait_*.
   static GroupOptions from_config(const Config& config);
 };
 

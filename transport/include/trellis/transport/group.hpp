@@ -34,7 +34,9 @@ class Group {
   virtual int size() const = 0;
   // World ranks of the members, in group order.
   virtual const std::vector<int>& members() const = 0;
-  // Name of the algorithm family in use, for logs: "mpi", "shm", "ring", "hierarchical".
+  // The algorithm family in use, for logs, first word "mpi", "shm", "ring" or "hierarchical";
+  // link-based ones name their links: "ring over ucx", "hierarchical (shm in each host, ring
+  // over ucx between hosts)".
   virtual std::string describe() const = 0;
 
   // In-place sum over the group. `data` holds count elements of dtype (bf16 as uint16 bits);
