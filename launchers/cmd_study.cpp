@@ -187,7 +187,7 @@ int run_study(Session& s, StudyOptions o) {
         tp_links = go.algorithm == transport::Algorithm::kMpi ? std::string("MPI")
                    : one_host && (go.algorithm == transport::Algorithm::kAuto || go.algorithm == transport::Algorithm::kShm)
                        ? std::string("shared memory")
-                       : std::string(transport::to_string(go.cross_host)) + " links";
+                       : fmt::format("{} links", transport::to_string(go.cross_host));
       }
     }
   }
@@ -217,9 +217,9 @@ int run_study(Session& s, StudyOptions o) {
     // Variants interleaved repeat by repeat (measure_interleaved): shared cores come in phases.
     for (auto& p : runtime::measure_interleaved(model, specs, b, run, s.world())) {
       if (s.is_root())
-        spdlog::info("batch {} {}: prefill {:.3f} ms ({:.0f} background / {:.0f} cooperative tests), decode {:.3f} ms", b,
-                     p.variant, 1e3 * p.prefill_s, p.prefill_background_tests, p.prefill_cooperative_tests,
-                     1e3 * p.decode_s);
+        spdlog::info("batch {} {}: prefill {:.3f} ms (compute thread CPU {:.3f} ms; {:.0f} background / {:.0f} "
+                     "cooperative tests), decode {:.3f} ms", b, p.variant, 1e3 * p.prefill_s, 1e3 * p.prefill_thread_cpu_s,
+                     p.prefill_background_tests, p.prefill_cooperative_tests, 1e3 * p.decode_s);
       points.push_back(std::move(p));
     }
   }
@@ -246,6 +246,7 @@ int run_study(Session& s, StudyOptions o) {
                              {"all_reduces_decode", p.all_reduces_decode}, {"exact", p.exact},
                              {"prefill_background_tests", p.prefill_background_tests},
                              {"prefill_cooperative_tests", p.prefill_cooperative_tests},
+                             {"prefill_thread_cpu_ms", 1e3 * p.prefill_thread_cpu_s},
                              {"note", p.exact ? "" : runtime::kNoCommLabel}});
     std::cout << j.dump(2) << "\n";  // NaN becomes null
   } else {

@@ -189,18 +189,21 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
   pt.batch = batch;
   pt.prompt_len = run.prompt_len;
   pt.gen_len = run.gen_len;
-  std::vector<double> pre_t, dec_t, cpu_t[4], tests_t[2];
+  std::vector<double> pre_t, dec_t, cpu_t[4], tests_t[3];
   for (int r = 0; r < run.warmup + run.repeats; ++r) {
     world.barrier(Deadline::after(run.deadline));
     const double bg0 = static_cast<double>(runner.progress().background_tests()),
                  co0 = static_cast<double>(runner.progress().cooperative_tests());
+    const CpuSample p0 = CpuSample::now();
     double t0 = now_seconds();
     pipeline_forward(runner, model, pre, x, local, full, gather, place, world, run.deadline);
     double tp = now_seconds() - t0;
-    const double tests[2] = {world.max(static_cast<double>(runner.progress().background_tests()) - bg0,
+    const CpuSample p1 = CpuSample::now();
+    const double tests[3] = {world.max(static_cast<double>(runner.progress().background_tests()) - bg0,
                                        Deadline::after(run.deadline)),
                              world.max(static_cast<double>(runner.progress().cooperative_tests()) - co0,
-                                       Deadline::after(run.deadline))};
+                                       Deadline::after(run.deadline)),
+                             world.max(p1.thread_s - p0.thread_s, Deadline::after(run.deadline))};
     pt.all_reduces_prefill = runner.all_reduces();
 
     std::vector<std::int32_t> toks(static_cast<std::size_t>(batch));
@@ -228,11 +231,12 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
       pre_t.push_back(tp);
       dec_t.push_back(td);
       for (int i = 0; i < 4; ++i) cpu_t[i].push_back(cpu[i]);
-      for (int i = 0; i < 2; ++i) tests_t[i].push_back(tests[i]);
+      for (int i = 0; i < 3; ++i) tests_t[i].push_back(tests[i]);
     }
   }
   pt.prefill_background_tests = median(tests_t[0]);
   pt.prefill_cooperative_tests = median(tests_t[1]);
+  pt.prefill_thread_cpu_s = median(tests_t[2]);
   pt.prefill_s = median(pre_t);
   pt.decode_s = median(dec_t);
   pt.decode_thread_cpu_s = median(cpu_t[0]);
@@ -269,7 +273,7 @@ std::vector<StudyPoint> measure_interleaved(LlamaModel& model, const std::vector
   }
   for (int w = 0; w < run.warmup; ++w)
     for (std::size_t i = 0; i < specs.size(); ++i) measure_variant(model, specs[i], batch, once[i], world);
-  constexpr int kStats = 6;  // decode CPU columns (4) and prefill tests (2)
+  constexpr int kStats = 7;  // decode CPU columns (4), prefill tests (2) and prefill thread CPU
   std::vector<StudyPoint> points;
   std::vector<std::vector<double>> pre(specs.size()), dec(specs.size()), stat(specs.size() * kStats);
   for (int r = 0; r < run.repeats; ++r) {
@@ -278,7 +282,8 @@ std::vector<StudyPoint> measure_interleaved(LlamaModel& model, const std::vector
       pre[i].push_back(p.prefill_s);
       dec[i].push_back(p.decode_s);
       const double c[kStats] = {p.decode_thread_cpu_s,  p.decode_process_cpu_s,     p.decode_vol_switches,
-                                p.decode_invol_switches, p.prefill_background_tests, p.prefill_cooperative_tests};
+                                p.decode_invol_switches, p.prefill_background_tests, p.prefill_cooperative_tests,
+                                p.prefill_thread_cpu_s};
       for (int k = 0; k < kStats; ++k) stat[i * kStats + k].push_back(c[k]);
       if (r == 0) points.push_back(p);
     }
@@ -288,7 +293,8 @@ std::vector<StudyPoint> measure_interleaved(LlamaModel& model, const std::vector
     points[i].decode_s = median(dec[i]);
     double* out[kStats] = {&points[i].decode_thread_cpu_s,   &points[i].decode_process_cpu_s,
                            &points[i].decode_vol_switches,   &points[i].decode_invol_switches,
-                           &points[i].prefill_background_tests, &points[i].prefill_cooperative_tests};
+                           &points[i].prefill_background_tests, &points[i].prefill_cooperative_tests,
+                           &points[i].prefill_thread_cpu_s};
     for (int k = 0; k < kStats; ++k) *out[k] = median(stat[i * kStats + k]);
   }
   return points;

@@ -56,6 +56,9 @@ struct StudyPoint {
   // log line and JSON of the study (not the CSV); 0 for
   // the other variants.
   double prefill_background_tests = 0, prefill_cooperative_tests = 0;
+  // CPU time of the compute thread during the prefill (median, largest rank; log and JSON):
+  // beside prefill_s it tells wire time (hideable) from CPU spent on communication (not).
+  double prefill_thread_cpu_s = 0;
   // Filled by derive_study():
   double tokens_per_s = 0;         // end to end: B * gen_len / (prefill + gen_len * decode)
   double decode_tokens_per_s = 0;  // B / decode_s
