@@ -47,7 +47,7 @@ namespace trellis::transport {
 // Defaults as the settings comm.progress_thread / _interval_us / _cooperative / _cooperative_us.
 // Measured (docs/variants.md): on cores that all compute, cooperative progress hides as much
 // of ladder's all-reduces as the thread or more, and the thread's wakes cost small-batch
-// decode steps 0.1-0.3 ms; `enabled = false, cooperative = true` is the better choice there.
+// decode steps 0.07-0.5 ms; `enabled = false, cooperative = true` is the better choice there.
 struct ProgressOptions {
   bool enabled = true;                        // the background thread (false: none started)
   std::chrono::microseconds interval{20};     // its sleep between tests while work is outstanding
