@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -43,6 +44,7 @@ struct BenchModelOptions {
   std::string batches;  // --batches: also time the forward at these batch sizes (calibration)
   int batch_reps = 3;
   int tp = 0;  // group mode (mpirun): ranks per TP group; 0: the whole world
+  int microbatches = 0;  // group mode: microbatches in flight through the stages; 0: one per stage
 };
 
 double median(std::vector<double> v) {
@@ -134,17 +136,22 @@ nlohmann::json time_batches(const BenchModelOptions& o, const runtime::Checkpoin
 
 // ---- group mode: `mpirun -np N trellis bench model --batches ... [--tp T]` -------------
 // The forward of a TP group in lock step with its real all-reduce (transport::make_group, as
-// `trellis run` builds it), and with N > T the N/T pipeline stages of the layout each
-// computing its own layers at the same time. The planner's calibration reads these as the
+// `trellis run` builds it), and with N > T the N/T pipeline stages of the layout, each
+// computing its own layers and handing its hidden state to the next stage (the last stage's
+// tokens back to stage 0) with --microbatches in flight, as the engine's pipeline does. The planner's calibration reads these as the
 // rates of ranks that co-run (departure 16): coupled ranks on shared cores lose more than a
 // division of the cores, and independent copies of the forward do not show it.
 
 // One rank's stage of the forward, timed per call: embedding on stage 0, its layers with
 // their all-reduces, the LM head and logits gather on the last stage. A later stage reads a
-// fixed hidden state as its input (stages are not connected here: they run at once).
+// fixed hidden state as its input (what it received is only waited for: the values do not
+// change the time).
 class StageStepper {
  public:
-  StageStepper(runtime::LlamaModel& m) : m_(m) {}
+  explicit StageStepper(runtime::LlamaModel& m) : m_(m) {}
+  std::int64_t hidden() const { return m_.config().hidden_size; }
+  // The stage's output hidden state of the last step (what it hands to the next stage).
+  std::span<const std::byte> output() const { return std::as_bytes(std::span<const float>(x_)); }
   double step(const runtime::Batch& b) {
     const std::int64_t T = b.total_tokens(), H = m_.config().hidden_size;
     x_.resize(static_cast<std::size_t>(T * H));
@@ -182,34 +189,67 @@ double time_allreduce(transport::Group& group, std::size_t count) {
   return median(t);
 }
 
-// This rank's timings at every size of --batches: prefill, decode step (medians over
-// --batch-reps interleaved rounds, every rank of the world starting each size together),
-// and one all-reduce of the decode step's (and the prefill's) message alone in the TP group (the part of the
-// step the planner charges from the link, not from the rate).
+// Where this rank sits: its stage of `pp`, its place in the stage's TP group of `tp`, and the
+// microbatches `m` kept in flight.
+struct PipeSeat {
+  int pp = 1, tp = 1, stage = 0, tp_rank = 0, m = 1;
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == pp - 1; }
+};
+
+// `rounds` rounds of `seat.m` microbatches of `b` sequences through this rank's stage, as the
+// engine's pipeline runs them: a later stage waits for the hidden state of the stage before
+// it, stage 0 for the sampled tokens of the last stage (after the first round), and every
+// rank of a stage talks to the same TP rank of its neighbours. `len` new tokens per sequence
+// (the prompt, or 1 in decode) at positions from `pos`, advancing by one per round. Returns
+// the time of each of this rank's forward calls — its waits are not in them, but the CPU
+// its waiting partners take while it computes is.
+std::vector<double> pipeline_rounds(Session& s, StageStepper& st, const PipeSeat& seat, int b, int len,
+                                    std::int64_t pos, int rounds, int vocab) {
+  const int prev = (seat.stage - 1) * seat.tp + seat.tp_rank, next = (seat.stage + 1) * seat.tp + seat.tp_rank;
+  const int head = seat.tp_rank;  // stage 0's rank that takes this TP rank's tokens back
+  std::vector<std::byte> inbox;
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(b));
+  std::vector<double> times;
+  for (int r = 0; r < rounds; ++r)
+    for (int j = 0; j < seat.m; ++j) {
+      runtime::Batch batch;
+      for (int q = 0; q < b; ++q) {
+        for (int i = 0; i < len; ++i) batch.tokens.push_back(static_cast<std::int32_t>((i * 37 + q * 11 + r * 13 + 5) % vocab));
+        batch.seqs.push_back({j * b + q, pos + r, len});
+      }
+      if (!seat.first()) {
+        inbox.resize(static_cast<std::size_t>(b) * len * st.hidden() * sizeof(float));
+        s.world().recv(prev, j, inbox, s.deadline());
+      } else if (r > 0 && seat.pp > 1) {
+        s.world().recv((seat.pp - 1) * seat.tp + seat.tp_rank, 1000 + j, std::as_writable_bytes(std::span(tokens)),
+                       s.deadline());
+      }
+      times.push_back(st.step(batch));
+      if (!seat.last())
+        s.world().send(next, j, st.output(), s.deadline());
+      else if (seat.pp > 1 && r + 1 < rounds)
+        s.world().send(head, 1000 + j, std::as_bytes(std::span(tokens)), s.deadline());
+    }
+  return times;
+}
+
+// This rank's timings at every size of --batches (sequences per microbatch): prefill and
+// decode step (medians over --batch-reps interleaved rounds, every rank of the world starting
+// each size together), and one all-reduce of the decode step's (and the prefill's) message
+// alone in the TP group (the part of the step the planner charges from the link, not from
+// the rate).
 nlohmann::json time_group(Session& s, const BenchModelOptions& o, runtime::LlamaModel& model, transport::Group& group,
-                          const std::vector<int>& sizes) {
+                          const std::vector<int>& sizes, const PipeSeat& seat) {
   const auto& cfg = model.config();
   StageStepper stage(model);
   std::map<int, std::vector<double>> pre_s, step_s, ar_s, ar_pre_s;
   for (int rep = 0; rep < o.batch_reps; ++rep)
     for (int b : sizes) {
       s.world().barrier(s.deadline());
-      runtime::Batch pre;
-      for (int q = 0; q < b; ++q) {
-        for (int i = 0; i < o.prompt; ++i)
-          pre.tokens.push_back(static_cast<std::int32_t>((i * 37 + q * 11 + 5) % cfg.vocab_size));
-        pre.seqs.push_back({q, 0, o.prompt});
-      }
-      pre_s[b].push_back(stage.step(pre));
-      std::vector<std::int32_t> next(static_cast<std::size_t>(b));
-      std::vector<std::int64_t> pos(static_cast<std::size_t>(b), o.prompt);
-      std::vector<double> steps;
-      for (int k = 0; k < o.steps; ++k) {
-        for (int q = 0; q < b; ++q) next[static_cast<std::size_t>(q)] = (k * 13 + q * 7 + 1) % cfg.vocab_size;
-        steps.push_back(stage.step(runtime::Batch::decode(next, pos)));
-        for (auto& p : pos) ++p;
-      }
-      step_s[b].push_back(median(steps));
+      pre_s[b].push_back(median(pipeline_rounds(s, stage, seat, b, o.prompt, 0, 1, cfg.vocab_size)));
+      s.world().barrier(s.deadline());
+      step_s[b].push_back(median(pipeline_rounds(s, stage, seat, b, 1, o.prompt, o.steps, cfg.vocab_size)));
       ar_s[b].push_back(time_allreduce(group, static_cast<std::size_t>(b) * cfg.hidden_size));
       ar_pre_s[b].push_back(time_allreduce(group, static_cast<std::size_t>(b) * o.prompt * cfg.hidden_size));
     }
@@ -220,8 +260,7 @@ nlohmann::json time_group(Session& s, const BenchModelOptions& o, runtime::Llama
     out.push_back({{"batch", b}, {"prefill_tokens", b * o.prompt}, {"prefill_s", median(pre_s[b])},
                    {"decode_step_s", median(step_s[b])}, {"decode_context_mean", o.prompt + (o.steps - 1) / 2.0},
                    {"decode_step_s_reps", step_s[b]}, {"allreduce_s", median(ar_s[b])},
-                   {"allreduce_prefill_s", median(ar_pre_s[b])},
-                   {"allreduces_per_step", per_step}});
+                   {"allreduce_prefill_s", median(ar_pre_s[b])}, {"allreduces_per_step", per_step}});
   return out;
 }
 
@@ -232,6 +271,7 @@ int run_bench_group(Session& s, const BenchModelOptions& o) {
                                    "(the group mode times the forward at those sizes)", s.size(), tp)))
     return 1;
   const int pp = s.size() / tp;
+  const PipeSeat seat{pp, tp, s.rank() / tp, s.rank() % tp, o.microbatches > 0 ? o.microbatches : pp};
   if (s.is_root()) ensure_checkpoint(o);  // written once, by one rank
   s.world().barrier(s.deadline());
   const std::string dir = ensure_checkpoint(o);
@@ -257,26 +297,26 @@ int run_bench_group(Session& s, const BenchModelOptions& o) {
   runtime::LoadOptions lo;
   lo.first_layer = place.first_layer;
   lo.last_layer = place.last_layer;
-  lo.max_slots = *std::max_element(sizes.begin(), sizes.end());
+  lo.max_slots = seat.m * *std::max_element(sizes.begin(), sizes.end());
   lo.max_seq_len = o.prompt + o.steps + 1;
   lo.weight_dtype = o.weights == "bf16" ? runtime::ElemType::kBF16 : runtime::ElemType::kF32;
   runtime::LlamaModel model(*reader, cfg, *group, ctx, lo);
   nlohmann::json mine = {{"rank", s.rank()}, {"stage", place.stage}, {"tp_rank", place.tp_rank},
                          {"first_layer", place.first_layer}, {"last_layer", place.last_layer},
                          {"embedding", model.has_embedding()}, {"lm_head", model.has_lm_head()},
-                         {"allreduce", group->describe()}, {"batches", time_group(s, o, model, *group, sizes)}};
+                         {"allreduce", group->describe()}, {"batches", time_group(s, o, model, *group, sizes, seat)}};
   auto all = transport::allgather_strings(s.world(), mine.dump(), s.deadline());
   if (!s.is_root()) return 0;
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : all) ranks.push_back(nlohmann::json::parse(r));
   nlohmann::json j = {{"model", dir}, {"weights", o.weights}, {"threads", ctx.threads()}, {"world", s.size()},
-                      {"tp", tp}, {"pp", pp}, {"prefill_tokens", o.prompt}, {"steps", o.steps}, {"ranks", ranks}};
+                      {"tp", tp}, {"pp", pp}, {"microbatches", seat.m}, {"prefill_tokens", o.prompt}, {"steps", o.steps}, {"ranks", ranks}};
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::cout << fmt::format("model {} on {} ranks (tp {} x pp {}, {} threads each), all at once\n", dir, s.size(), tp, pp,
-                           ctx.threads());
+  std::cout << fmt::format("model {} on {} ranks (tp {} x pp {}, {} microbatches in flight, {} threads each)\n", dir,
+                           s.size(), tp, pp, seat.m, ctx.threads());
   for (const auto& r : ranks)
     for (const auto& b : r["batches"])
       std::cout << fmt::format("  rank {} stage {}: batch {:>4}: prefill {:.4f} s, decode step {:.3f} ms, all-reduce {:.1f} us\n",
@@ -396,6 +436,9 @@ Action define_bench_model(CLI::App& sub) {
   sub.add_option("--tp", o->tp,
                  "Under mpirun: ranks per TP group (default: all); the world / tp groups are pipeline stages, "
                  "each timing its own layers at once")
+      ->check(CLI::PositiveNumber);
+  sub.add_option("--microbatches", o->microbatches,
+                 "Under mpirun with stages: microbatches in flight (default: one per stage; 1: the stages take turns)")
       ->check(CLI::PositiveNumber);
   return [o](Session& s) { return run_bench_model(s, *o); };
 }

@@ -44,7 +44,7 @@
 # repetition's grid; default 1), CONCURRENT (1: also
 # calibrate with 2 and 4 copies of the forward at once, departure 15), COUPLED (default 1:
 # also time the forward under mpirun as 1x2, 2x1 and 2x2 run it, TP groups in lock step and
-# stages at once, departure 16; COUPLED_LAYOUTS picks them, "PP:TP ..."), NICE (default -10 as root).
+# stages handing over, departure 16; COUPLED_LAYOUTS picks them, "PP:TP:M ..."), NICE (default -10 as root).
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR [OUT_DIR]}
 OUT=${2:-$(mktemp -d)}
@@ -100,14 +100,15 @@ fwd() {  # fwd TP THREADS COPIES [REPS TAG]: COPIES instances of the forward at 
   done
   wait
 }
-grp() {  # grp PP TP [REPS TAG]: PP stages of TP ranks in lock step, all at once (departure 16)
+grp() {  # grp PP TP M [REPS TAG]: PP stages of TP ranks in lock step, M microbatches in flight (departure 16)
   "$MPI" -np $(($1 * $2)) "$TRELLIS" --set "kernels.threads=$KERNEL_THREADS" bench model --model "$OUT/ckpt_tp1" \
-    --weights f32 --no-torch --tp "$2" --prompt "$PROMPT" --steps "$GEN" --batches "$fb" --batch-reps "${3:-3}" --json \
-    >"$OUT/group_p$1_t$2_${4:-i1}.json"
+    --weights f32 --no-torch --tp "$2" --microbatches "$3" --prompt "$PROMPT" --steps "$GEN" --batches "$fb" \
+    --batch-reps "${4:-3}" --json >"$OUT/group_p$1_t$2_m$3_${5:-i1}.json"
 }
-# The layouts whose ranks co-run, measured coupled: 1x2 (a TP pair in lock step), 2x1 (two
-# stages at once), 2x2 (two TP pairs at once).
-COUPLED_LAYOUTS=${COUPLED_LAYOUTS:-"1:2 2:1 2:2"}
+# The multi-rank layouts measured coupled as the engine couples them (PP:TP:M): 1x2 (a TP pair
+# in lock step), 2x1 and 2x2 with one microbatch (the stages take turns, the idle one waits)
+# and with two (both stages compute at once).
+COUPLED_LAYOUTS=${COUPLED_LAYOUTS:-"1:2:1 2:1:1 2:1:2 2:2:1 2:2:2"}
 [ "${COUPLED:-1}" = 1 ] || COUPLED_LAYOUTS=""
 # 1. calibration
 if [ "$SKIP_CALIBRATION" != 1 ]; then
@@ -140,7 +141,7 @@ PY
     rm -f "$OUT"/group_p*.json
     for g in $COUPLED_LAYOUTS; do
       flock "$LOCK" "${PRI[@]}" bash -c "$(declare -f grp); OUT='$OUT' TRELLIS='$TRELLIS' MPI='$MPI' PROMPT=$PROMPT GEN=$GEN \
-        fb=$fb KERNEL_THREADS=$KERNEL_THREADS grp ${g%:*} ${g#*:} 3 i1"
+        fb=$fb KERNEL_THREADS=$KERNEL_THREADS grp ${g//:/ } 3 i1"
     done
     for tc in $([ "${CONCURRENT:-0}" = 1 ] && echo 1:2 2:2 2:4); do
       flock "$LOCK" "${PRI[@]}" bash -c "$(declare -f fwd); OUT='$OUT' TRELLIS='$TRELLIS' PROMPT=$PROMPT GEN=$GEN fb=$fb fwd ${tc%:*} $KERNEL_THREADS ${tc#*:}"
@@ -202,20 +203,21 @@ for (tp, t, copies), fs in sorted(runs.items()):
                        "context": prompt / 2, "concurrent": copies})
         if t == cores and copies == 1: flops.append(2 * b["prefill_tokens"] * params / pre)
 # Departure 16: ranks coupled as the layouts couple them (bench model under mpirun: TP
-# groups in lock step with the real all-reduce, pipeline stages computing at once). Per rank,
+# groups in lock step with the real all-reduce, pipeline stages handing over with M
+# microbatches in flight). Per rank, each forward call's time (not its waits),
 # the step minus its all-reduces' own measured time (the model charges those from the link);
 # one rate per (layout, rows): all ranks' linear parameters / all ranks' time.
-gfiles = sorted(glob.glob(f"{out}/group_p*_t*_r*.json")) or sorted(glob.glob(f"{out}/group_p*_t*_i*.json"))
+gfiles = sorted(glob.glob(f"{out}/group_p*_t*_m*_r*.json")) or sorted(glob.glob(f"{out}/group_p*_t*_m*_i*.json"))
 gruns = {}
 for path in gfiles:
     g = json.load(open(path))
-    gruns.setdefault((g["pp"], g["tp"]), []).append(g)
+    gruns.setdefault((g["pp"], g["tp"], g["microbatches"]), []).append(g)
 full = json.load(open(f"{out}/ckpt_tp1/config.json"))
 hd = full.get("head_dim") or full["hidden_size"] // full["num_attention_heads"]
 h = full["hidden_size"]
 per_layer = h * (full["num_attention_heads"] * hd + 2 * full["num_key_value_heads"] * hd) + \
     full["num_attention_heads"] * hd * h + 3 * h * full["intermediate_size"]
-for (pp, tp), gs in sorted(gruns.items()):
+for (pp, tp, mb), gs in sorted(gruns.items()):
     for k, b in enumerate(gs[0]["ranks"][0]["batches"]):
         dec_p = dec_t = pre_t = 0.0
         for r in range(len(gs[0]["ranks"])):
@@ -226,7 +228,7 @@ for (pp, tp), gs in sorted(gruns.items()):
             dec_p += params
             dec_t += statistics.median(x["batches"][k]["decode_step_s"] - n_ar * x["batches"][k]["allreduce_s"] for x in rk)
             pre_t += statistics.median(x["batches"][k]["prefill_s"] - n_ar * x["batches"][k]["allreduce_prefill_s"] for x in rk)
-        common = {"threads": gs[0]["threads"], "tp": tp, "concurrent": pp * tp, "coupled": True}
+        common = {"threads": gs[0]["threads"], "tp": tp, "pp": pp, "concurrent": tp * min(mb, pp), "coupled": True}
         points.append({**common, "rows": b["batch"], "params_per_s": dec_p / dec_t, "context": b["decode_context_mean"]})
         points.append({**common, "rows": b["prefill_tokens"], "params_per_s": dec_p / pre_t, "context": prompt / 2})
 cal["compute"] = {"device": "cpu", "flops": max(flops), "memory_bandwidth": statistics.median(triad),
@@ -365,7 +367,7 @@ sweep() {  # sweep CLUSTER_SPEC LAYOUTS LAUNCHER...
         TRELLIS='$TRELLIS' PROMPT=$PROMPT GEN=$GEN fb=$fb fwd $tp $kt 1 1 $tag" </dev/null; done; done
       local g
       for g in $COUPLED_LAYOUTS; do "${PRI[@]}" bash -c "$(declare -f grp); OUT='$OUT' TRELLIS='$TRELLIS' MPI='$MPI' PROMPT=$PROMPT \
-        GEN=$GEN fb=$fb KERNEL_THREADS=$KERNEL_THREADS grp ${g%:*} ${g#*:} 1 $tag" </dev/null; done
+        GEN=$GEN fb=$fb KERNEL_THREADS=$KERNEL_THREADS grp ${g//:/ } 1 $tag" </dev/null; done
     fi
     while read -r layout b v; do
       run_one "${layout%x*}" "${layout#*x}" "$b" "$v" "$spec" "$@" </dev/null  # (mpirun would eat the grid)

@@ -120,11 +120,12 @@ std::vector<MatmulPoint> read_matmul(const Reader& r, const json& a) {
     if (a[i].contains("coupled")) {
       if (!a[i]["coupled"].is_boolean()) r.fail(p + "coupled", "must be true or false");
       m.coupled = a[i]["coupled"].get<bool>();
-      // A lock-step measurement ran whole TP groups: concurrent / tp of them.
-      if (m.coupled && (m.tp < 1 || m.concurrent % m.tp != 0 || m.concurrent < 2))
-        r.fail(p + "concurrent", fmt::format("must be a multiple of tp ({}) and at least 2 for a coupled point (got {})",
-                                             m.tp, m.concurrent));
     }
+    if (a[i].contains("pp")) m.pp = static_cast<int>(r.num(a[i], "pp", p));
+    // A coupled measurement ran whole TP groups, at most one per stage computing at once.
+    if (m.coupled && (m.concurrent % m.tp != 0 || m.concurrent > m.tp * m.pp || m.tp * m.pp < 2))
+      r.fail(p + "concurrent", fmt::format("must be a multiple of tp ({}) up to tp x pp ({}) on a coupled point of at "
+                                           "least 2 ranks (got {})", m.tp, m.tp * m.pp, m.concurrent));
     out.push_back(m);
   }
   return out;

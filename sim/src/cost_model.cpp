@@ -65,12 +65,14 @@ Roof cpu_roof(const ModelInputs& in, double params, double rows, double flops, d
   double linear = 0;
   // The lock step was measured inside one host (shared-memory all-reduce, whose waits poll);
   // a TP group spanning hosts waits in the kernel and does not read those points.
-  const bool coupled_fits = in.layout.t == 1 || in.links.tp.hosts <= 1;
-  if (k > 1 && coupled_fits && cpu_has_concurrent_curve(c, in.layout.t, k, true)) {
-    // Measured with k ranks coupled as this layout couples them (departure 16): TP groups of
-    // t in lock step with their all-reduce, the stages computing at once. Every wait for the
-    // slower partner, and a polling partner's use of the core, is inside the rate.
-    linear = params * cpu_seconds_per_param(c, rows, cap, in.layout.t, k, true);
+  const Layout& l = in.layout;
+  const bool coupled_fits = (l.t > 1 || l.p > 1) && (l.t == 1 || in.links.tp.hosts <= 1);
+  if (coupled_fits && cpu_has_concurrent_curve(c, l.t, k, true, l.p)) {
+    // Measured as this layout runs (departure 16): p stages of t ranks, TP groups in lock
+    // step with their all-reduce, k of them computing at once while the others wait for
+    // their input. Every wait for the slower partner, and the core a waiting rank takes from
+    // the computing ones, is inside the rate; the cores are not divided on top.
+    linear = params * cpu_seconds_per_param(c, rows, cap, l.t, k, true, l.p);
   } else if (k > 1 && cpu_has_concurrent_curve(c, in.layout.t, k)) {
     // Measured with k copies at once (departure 15): each rank runs its own kernel threads
     // and the contention for cores and memory is in the rate.
@@ -281,26 +283,27 @@ int curve_tp(const std::vector<MatmulPoint>& pts, int t) {
 
 // Coupled points stand only for the group size they were measured with: the lock step of a
 // 2-rank group says nothing about a 4-rank one. Copies and solo points read the nearest shard.
-static bool point_matches(const MatmulPoint& p, int shard, int concurrent, bool coupled) {
-  return p.tp == shard && p.concurrent == concurrent && p.coupled == coupled;
+static bool point_matches(const MatmulPoint& p, int shard, int concurrent, bool coupled, int pp) {
+  return p.tp == shard && p.concurrent == concurrent && p.coupled == coupled && (!coupled || p.pp == pp);
 }
 
-bool cpu_has_concurrent_curve(const CpuSharing& c, int tp, int concurrent, bool coupled) {
+bool cpu_has_concurrent_curve(const CpuSharing& c, int tp, int concurrent, bool coupled, int pp) {
   const int shard = coupled ? tp : curve_tp(c.matmul, tp);
   for (const auto& p : c.matmul)
-    if (point_matches(p, shard, concurrent, coupled)) return true;
+    if (point_matches(p, shard, concurrent, coupled, pp)) return true;
   return false;
 }
 
-double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores, int tp, int concurrent, bool coupled) {
+double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores, int tp, int concurrent, bool coupled,
+                             int pp) {
   if (c.matmul.empty()) throw_error(ErrorCode::kInvalidArgument, "CPU sharing model without measured matmul rates");
   const int shard = coupled ? tp : curve_tp(c.matmul, tp);
   std::vector<MatmulPoint> pts;
   for (const auto& p : c.matmul)
-    if (point_matches(p, shard, concurrent, coupled)) pts.push_back(p);
+    if (point_matches(p, shard, concurrent, coupled, pp)) pts.push_back(p);
   if (pts.empty())
-    throw_error(ErrorCode::kInvalidArgument, "no matmul rates measured for tp {} with {} {} ranks", shard, concurrent,
-                coupled ? "coupled" : "concurrent");
+    throw_error(ErrorCode::kInvalidArgument, "no matmul rates measured for tp {} with {} {} ranks{}", shard, concurrent,
+                coupled ? "coupled" : "concurrent", coupled ? fmt::format(" in {} stages", pp) : "");
   int t_min = pts.front().threads, t_max = t_min, t_lo = 0, t_hi = 0;
   for (const auto& p : pts) {
     t_min = std::min(t_min, p.threads);

@@ -26,9 +26,11 @@ CpuSharing solo_curve() {
   return c;
 }
 
-MatmulPoint coupled(double rows, double rate, int tp, int concurrent) {
+// A point measured as a pp x tp layout with `concurrent` ranks computing at once.
+MatmulPoint coupled(double rows, double rate, int tp, int concurrent, int pp = 1) {
   MatmulPoint p{2, rows, rate, tp, 96, concurrent};
   p.coupled = true;
+  p.pp = pp;
   return p;
 }
 
@@ -69,29 +71,42 @@ TEST_F(Coupled, ATpPairInLockStepReadsItsOwnRatesBeforeCopiesAndDivision) {
   EXPECT_DOUBLE_EQ(predict(in).decode.tp_comm, predict(at(1, 2, 1, 1)).decode.tp_comm);
 }
 
-TEST_F(Coupled, TwoStagesAtOnceReadTheStagePointsOnlyWithTwoMicrobatches) {
+TEST_F(Coupled, PipelinesReadThePointsOfTheirMicrobatchesInFlight) {
   ModelInputs two = at(2, 1, 2, 2);  // two microbatches of 1: both stages compute at once
-  two.cpu.matmul.push_back(coupled(1, 0.4e9, 1, 2));
+  two.cpu.matmul.push_back(coupled(1, 0.4e9, 1, 2, 2));
+  EXPECT_FALSE(cpu_has_concurrent_curve(two.cpu, 1, 2, true, 1));  // 2 stages are not a TP pair
   // Each stage holds half the layers; the slowest stage (the last, with the LM head) costs
   // its parameters at 2.5 ns: 8 layers + LM head of the 16-layer model.
   const double last = (8 * (model.layer_params() - 2.0 * model.hidden) + static_cast<double>(model.vocab) * model.hidden);
   const double c = predict(two).decode.compute;
   EXPECT_NEAR(c, last * 2.5e-9, 1e-6 * c);
-  // One microbatch: the stages take turns, one rank busy, the solo rate (1 ns) with all cores.
+  // One microbatch: the stages take turns, one rank busy: without a point measured that way,
+  // the solo rate (1 ns) with all cores ...
   ModelInputs one = at(2, 1, 1, 1);
   one.cpu.matmul = two.cpu.matmul;
   const double solo = predict(one).decode.compute;
   EXPECT_NEAR(solo, last * 1e-9, 1e-6 * solo);
+  // ... and with one (the waiting stage took CPU from the computing one: 0.8e9), 1.25 ns.
+  one.cpu.matmul.push_back(coupled(1, 0.8e9, 1, 1, 2));
+  const double turns = predict(one).decode.compute;
+  EXPECT_NEAR(turns, last * 1.25e-9, 1e-6 * turns);
+  // A single rank (1x1) never reads coupled points.
+  ModelInputs alone = at(1, 1, 1, 1);
+  alone.cpu.matmul = one.cpu.matmul;
+  alone.cpu.matmul.push_back(coupled(1, 0.1e9, 1, 1, 2));
+  const double whole = (16 * (model.layer_params() - 2.0 * model.hidden) + static_cast<double>(model.vocab) * model.hidden);
+  EXPECT_NEAR(predict(alone).decode.compute, whole * 1e-9, 1e-6 * whole * 1e-9);
 }
 
 TEST_F(Coupled, PointsStandOnlyForTheGroupSizeAndHostTheyWereMeasuredIn) {
   CpuSharing c = solo_curve();
-  c.matmul.push_back(coupled(1, 0.25e9, 2, 4));  // two TP pairs at once (2x2)
-  EXPECT_TRUE(cpu_has_concurrent_curve(c, 2, 4, true));
-  EXPECT_FALSE(cpu_has_concurrent_curve(c, 4, 4, true));  // a TP group of 4 is another lock step
-  EXPECT_FALSE(cpu_has_concurrent_curve(c, 2, 2, true));
-  EXPECT_DOUBLE_EQ(cpu_seconds_per_param(c, 1, 2, 2, 4, true), 4e-9);
-  EXPECT_THROW(cpu_seconds_per_param(c, 1, 2, 4, 4, true), Error);
+  c.matmul.push_back(coupled(1, 0.25e9, 2, 4, 2));  // two TP pairs at once (2x2, two microbatches)
+  EXPECT_TRUE(cpu_has_concurrent_curve(c, 2, 4, true, 2));
+  EXPECT_FALSE(cpu_has_concurrent_curve(c, 4, 4, true, 1));  // a TP group of 4 is another lock step
+  EXPECT_FALSE(cpu_has_concurrent_curve(c, 2, 2, true, 2));  // 2x2 with one microbatch: not measured
+  EXPECT_FALSE(cpu_has_concurrent_curve(c, 2, 4, true, 4));  // 4x2 with four pairs busy is another layout
+  EXPECT_DOUBLE_EQ(cpu_seconds_per_param(c, 1, 2, 2, 4, true, 2), 4e-9);
+  EXPECT_THROW(cpu_seconds_per_param(c, 1, 2, 4, 4, true, 1), Error);
   // A TP pair across two hosts waits in the kernel, not by polling a shared core: the
   // in-host lock step does not stand for it, the division does.
   ModelInputs in = at(1, 2, 1, 1);
@@ -104,20 +119,25 @@ TEST_F(Coupled, PointsStandOnlyForTheGroupSizeAndHostTheyWereMeasuredIn) {
 TEST(CoupledCalibration, ReadsTheFlagAndNamesABadOne) {
   const Calibration c = Calibration::parse(
       R"({"schema": "trellis.calibration.v1", "compute": {"flops": 4e10, "memory_bandwidth": 1e10,
-          "matmul": [{"threads": 2, "rows": 1, "params_per_s": 2e9, "tp": 2, "concurrent": 4, "coupled": true},
+          "matmul": [{"threads": 2, "rows": 1, "params_per_s": 2e9, "tp": 2, "concurrent": 4, "coupled": true, "pp": 2},
                      {"threads": 2, "rows": 1, "params_per_s": 3e9, "tp": 2, "concurrent": 2}]}})",
       "cal.json");
   ASSERT_TRUE(c.compute());
   EXPECT_TRUE(c.compute()->matmul[0].coupled);
+  EXPECT_EQ(c.compute()->matmul[0].pp, 2);
   EXPECT_FALSE(c.compute()->matmul[1].coupled);
+  EXPECT_EQ(c.compute()->matmul[1].pp, 1);
   const auto bad = [](const std::string& point) {
     return testing::calibration_error_of(R"({"schema": "trellis.calibration.v1", "compute": {"flops": 1,
         "memory_bandwidth": 1, "matmul": [)" + point + "]}}");
   };
   EXPECT_NE(bad(R"({"threads": 2, "rows": 1, "params_per_s": 1, "coupled": "yes"})").find("compute.matmul[0].coupled"),
             std::string::npos);
-  // 3 busy ranks cannot be whole TP groups of 2
-  EXPECT_NE(bad(R"({"threads": 2, "rows": 1, "params_per_s": 1, "tp": 2, "concurrent": 3, "coupled": true})")
+  // 3 busy ranks cannot be whole TP groups of 2; 4 cannot be busy in one stage of 2
+  EXPECT_NE(bad(R"({"threads": 2, "rows": 1, "params_per_s": 1, "tp": 2, "concurrent": 3, "coupled": true, "pp": 2})")
+                .find("compute.matmul[0].concurrent"),
+            std::string::npos);
+  EXPECT_NE(bad(R"({"threads": 2, "rows": 1, "params_per_s": 1, "tp": 2, "concurrent": 4, "coupled": true})")
                 .find("compute.matmul[0].concurrent"),
             std::string::npos);
 }

@@ -21,8 +21,8 @@
 //                  "matmul": [ { "threads": 1, "rows": 1, "params_per_s": 3.1e9,
 //                                // optional: TP shard measured, attention context included
 //                                "tp": 1, "context": 95.5, "concurrent": 1,
-//                                // optional: measured in lock step (departure 16)
-//                                "coupled": false }, ... ] },
+//                                // optional: measured as a pp x tp layout (departure 16)
+//                                "coupled": false, "pp": 1 }, ... ] },
 //     "runtime": { "step_overhead_us": 230, "step_overhead_per_seq_us": 40 } }
 //                  // the engine's cost per iteration (fixed + per sequence), measured
 //
@@ -84,11 +84,14 @@ struct MatmulPoint {
   // system shared) is measured, not assumed.
   int concurrent = 1;
   // Departure 16: measured with the ranks coupled as a layout couples them, not as
-  // independent copies: `trellis bench model` under mpirun, `concurrent` ranks in TP groups
-  // of `tp` with the real all-reduce (lock step) and concurrent / tp pipeline stages computing
-  // their own layers at once. The rate excludes the all-reduces' own measured time (the model
-  // charges those from the link) but holds every wait for the slower partner.
+  // independent copies: `trellis bench model` under mpirun as a pp x tp layout, TP groups in
+  // lock step with the real all-reduce, the stages handing their hidden state on with
+  // microbatches in flight so that `concurrent` ranks compute at once (tp x min(m, pp)). The
+  // rate is each forward call's time without the all-reduces' own measured time (the model
+  // charges those from the link) and without the waits between calls, but with every wait
+  // for the slower TP partner and the CPU that waiting ranks take meanwhile.
   bool coupled = false;
+  int pp = 1;  // coupled points: the pipeline stages of the measured layout (pp x tp ranks)
 };
 
 struct CalibratedCompute {

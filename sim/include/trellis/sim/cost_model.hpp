@@ -217,13 +217,13 @@ double roofline_time(const DeviceSpec& d, const Efficiency& e, double flops, dou
 // never slower than a smaller measured thread count that fits in `cores`. Only the points of
 // one TP shard are read: those measured at the largest tp <= `tp` (else the smallest tp),
 // and of them those measured with `concurrent` copies at once (departure 15), or with
-// `coupled`, those measured in lock step with TP groups of exactly `tp` ranks and
-// `concurrent` ranks busy in all (departure 16).
+// `coupled`, those measured as a layout of exactly `pp` stages of `tp` ranks with
+// `concurrent` ranks computing at once (departure 16).
 double cpu_seconds_per_param(const CpuSharing& c, double rows, double cores, int tp = 1, int concurrent = 1,
-                             bool coupled = false);
+                             bool coupled = false, int pp = 1);
 // Whether the curve has points of the TP shard `tp` reads measured with exactly `concurrent`
-// copies running at once (or, `coupled`, `concurrent` ranks in lock step in TP groups of `tp`).
-bool cpu_has_concurrent_curve(const CpuSharing& c, int tp, int concurrent, bool coupled = false);
+// copies running at once (or, `coupled`, as a pp x tp layout with `concurrent` ranks busy).
+bool cpu_has_concurrent_curve(const CpuSharing& c, int tp, int concurrent, bool coupled = false, int pp = 1);
 // Attention positions per row that the curve read at (`rows`, `tp`) already includes (the
 // context of the point nearest in rows, log scale; 0 for kernel-only points). Departure 14.
 double cpu_curve_context(const CpuSharing& c, double rows, int tp = 1);
