@@ -218,8 +218,9 @@ int run_study(Session& s, StudyOptions o) {
     for (auto& p : runtime::measure_interleaved(model, specs, b, run, s.world())) {
       if (s.is_root())
         spdlog::info("batch {} {}: prefill {:.3f} ms (compute thread CPU {:.3f} ms; {:.0f} background / {:.0f} "
-                     "cooperative tests), decode {:.3f} ms", b, p.variant, 1e3 * p.prefill_s, 1e3 * p.prefill_thread_cpu_s,
-                     p.prefill_background_tests, p.prefill_cooperative_tests, 1e3 * p.decode_s);
+                     "cooperative tests; {:.0f}% of ladder waits found the all-reduce done), decode {:.3f} ms ({:.0f}% "
+                     "done)", b, p.variant, 1e3 * p.prefill_s, 1e3 * p.prefill_thread_cpu_s, p.prefill_background_tests,
+                     p.prefill_cooperative_tests, 100 * p.prefill_hidden_waits, 1e3 * p.decode_s, 100 * p.decode_hidden_waits);
       points.push_back(std::move(p));
     }
   }
@@ -247,6 +248,8 @@ int run_study(Session& s, StudyOptions o) {
                              {"prefill_background_tests", p.prefill_background_tests},
                              {"prefill_cooperative_tests", p.prefill_cooperative_tests},
                              {"prefill_thread_cpu_ms", 1e3 * p.prefill_thread_cpu_s},
+                             {"prefill_hidden_waits", p.prefill_hidden_waits},
+                             {"decode_hidden_waits", p.decode_hidden_waits},
                              {"note", p.exact ? "" : runtime::kNoCommLabel}});
     std::cout << j.dump(2) << "\n";  // NaN becomes null
   } else {

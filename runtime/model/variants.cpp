@@ -268,6 +268,8 @@ void VariantRunner::ladder_span(const Batch& batch, const TensorView& x, int fir
         m_.mlp_partial(l, x, out);
       }
       if (pending) {
+        ++ladder_waits_;
+        if (pending->test()) ++ladder_waits_complete_;  // hidden behind this module
         pending->wait(Deadline::after(deadline_));
         kernels::add(ctx, x, pending_buf, x);
       }

@@ -189,16 +189,24 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
   pt.batch = batch;
   pt.prompt_len = run.prompt_len;
   pt.gen_len = run.gen_len;
-  std::vector<double> pre_t, dec_t, cpu_t[4], tests_t[3];
+  std::vector<double> pre_t, dec_t, cpu_t[4], tests_t[5];
   for (int r = 0; r < run.warmup + run.repeats; ++r) {
     world.barrier(Deadline::after(run.deadline));
     const double bg0 = static_cast<double>(runner.progress().background_tests()),
                  co0 = static_cast<double>(runner.progress().cooperative_tests());
     const CpuSample p0 = CpuSample::now();
+    const double w0 = static_cast<double>(runner.ladder_waits()), h0 = static_cast<double>(runner.ladder_waits_complete());
     double t0 = now_seconds();
     pipeline_forward(runner, model, pre, x, local, full, gather, place, world, run.deadline);
     double tp = now_seconds() - t0;
     const CpuSample p1 = CpuSample::now();
+    const double w1 = static_cast<double>(runner.ladder_waits()), h1 = static_cast<double>(runner.ladder_waits_complete());
+    // Smallest rank's share; 2 marks "no ladder waits" (every rank alike), reported as NaN.
+    auto hidden_share = [&](double waits, double hidden) {
+      const double v = -world.max(waits > 0 ? -hidden / waits : -2.0, Deadline::after(run.deadline));
+      return v > 1.0 ? kNaN : v;
+    };
+    const double pre_hidden = hidden_share(w1 - w0, h1 - h0);
     const double tests[3] = {world.max(static_cast<double>(runner.progress().background_tests()) - bg0,
                                        Deadline::after(run.deadline)),
                              world.max(static_cast<double>(runner.progress().cooperative_tests()) - co0,
@@ -210,6 +218,7 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
     std::vector<std::int64_t> pos(static_cast<std::size_t>(batch), P);
     const CpuSample c0 = CpuSample::now();
     t0 = now_seconds();
+    const double dw0 = static_cast<double>(runner.ladder_waits()), dh0 = static_cast<double>(runner.ladder_waits_complete());
     for (int k = 0; k < run.gen_len; ++k) {
       for (int b = 0; b < batch; ++b) toks[static_cast<std::size_t>(b)] = token_id(b, run.prompt_len + k, cfg.vocab_size);
       Batch step = Batch::decode(toks, pos);
@@ -218,6 +227,8 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
     }
     double td = (now_seconds() - t0) / run.gen_len;
     const CpuSample c1 = CpuSample::now();
+    const double dec_hidden = hidden_share(static_cast<double>(runner.ladder_waits()) - dw0,
+                                           static_cast<double>(runner.ladder_waits_complete()) - dh0);
     pt.all_reduces_decode = runner.all_reduces();
     // The slowest rank sets the step time (with stages: the one that finishes last).
     tp = world.max(tp, Deadline::after(run.deadline));
@@ -232,11 +243,15 @@ StudyPoint measure_variant(LlamaModel& model, const VariantSpec& spec, int batch
       dec_t.push_back(td);
       for (int i = 0; i < 4; ++i) cpu_t[i].push_back(cpu[i]);
       for (int i = 0; i < 3; ++i) tests_t[i].push_back(tests[i]);
+      tests_t[3].push_back(pre_hidden);
+      tests_t[4].push_back(dec_hidden);
     }
   }
   pt.prefill_background_tests = median(tests_t[0]);
   pt.prefill_cooperative_tests = median(tests_t[1]);
   pt.prefill_thread_cpu_s = median(tests_t[2]);
+  pt.prefill_hidden_waits = median(tests_t[3]);
+  pt.decode_hidden_waits = median(tests_t[4]);
   pt.prefill_s = median(pre_t);
   pt.decode_s = median(dec_t);
   pt.decode_thread_cpu_s = median(cpu_t[0]);
@@ -273,7 +288,7 @@ std::vector<StudyPoint> measure_interleaved(LlamaModel& model, const std::vector
   }
   for (int w = 0; w < run.warmup; ++w)
     for (std::size_t i = 0; i < specs.size(); ++i) measure_variant(model, specs[i], batch, once[i], world);
-  constexpr int kStats = 7;  // decode CPU columns (4), prefill tests (2) and prefill thread CPU
+  constexpr int kStats = 9;  // decode CPU (4), prefill tests (2), prefill thread CPU, hidden waits (2)
   std::vector<StudyPoint> points;
   std::vector<std::vector<double>> pre(specs.size()), dec(specs.size()), stat(specs.size() * kStats);
   for (int r = 0; r < run.repeats; ++r) {
@@ -283,7 +298,7 @@ std::vector<StudyPoint> measure_interleaved(LlamaModel& model, const std::vector
       dec[i].push_back(p.decode_s);
       const double c[kStats] = {p.decode_thread_cpu_s,  p.decode_process_cpu_s,     p.decode_vol_switches,
                                 p.decode_invol_switches, p.prefill_background_tests, p.prefill_cooperative_tests,
-                                p.prefill_thread_cpu_s};
+                                p.prefill_thread_cpu_s, p.prefill_hidden_waits, p.decode_hidden_waits};
       for (int k = 0; k < kStats; ++k) stat[i * kStats + k].push_back(c[k]);
       if (r == 0) points.push_back(p);
     }
@@ -294,7 +309,8 @@ std::vector<StudyPoint> measure_interleaved(LlamaModel& model, const std::vector
     double* out[kStats] = {&points[i].decode_thread_cpu_s,   &points[i].decode_process_cpu_s,
                            &points[i].decode_vol_switches,   &points[i].decode_invol_switches,
                            &points[i].prefill_background_tests, &points[i].prefill_cooperative_tests,
-                           &points[i].prefill_thread_cpu_s};
+                           &points[i].prefill_thread_cpu_s, &points[i].prefill_hidden_waits,
+                           &points[i].decode_hidden_waits};
     for (int k = 0; k < kStats; ++k) *out[k] = median(stat[i * kStats + k]);
   }
   return points;

@@ -110,6 +110,10 @@ class VariantRunner {
   const transport::ProgressThread& progress() const { return progress_; }
   // All-reduces issued by the last run (tests assert the count each variant promises).
   int all_reduces() const { return all_reduces_; }
+  // Ladder, over the runner's lifetime: waits on an in-flight all-reduce after the next
+  // module, and how many of them found it already complete (fully hidden behind the module).
+  std::uint64_t ladder_waits() const { return ladder_waits_; }
+  std::uint64_t ladder_waits_complete() const { return ladder_waits_complete_; }
   // lp: "layer" (the paper's placement: this rank holds one layer of each pair), "heads"
   // (fallback: 1/t of both layers), "single" (t = 1); "" for other variants.
   std::string_view lp_placement() const;
@@ -134,6 +138,7 @@ class VariantRunner {
   VariantSpec spec_;
   Millis deadline_;
   int all_reduces_ = 0;
+  std::uint64_t ladder_waits_ = 0, ladder_waits_complete_ = 0;
   std::vector<kernels::Tensor> bufs_;
   transport::ProgressThread progress_;
   // lp, paper's placement: a group that only says "rank r of t/2" (no communication), and

@@ -59,6 +59,10 @@ struct StudyPoint {
   // CPU time of the compute thread during the prefill (median, largest rank; log and JSON):
   // beside prefill_s it tells wire time (hideable) from CPU spent on communication (not).
   double prefill_thread_cpu_s = 0;
+  // Ladder: the share of its waits (one per all-reduce but the last of a span) that found the
+  // all-reduce already complete after the next module, in the prefill and over the decode
+  // steps (medians, smallest rank; log and JSON). NaN for variants without such waits.
+  double prefill_hidden_waits = 0, decode_hidden_waits = 0;
   // Filled by derive_study():
   double tokens_per_s = 0;         // end to end: B * gen_len / (prefill + gen_len * decode)
   double decode_tokens_per_s = 0;  // B / decode_s
