@@ -106,6 +106,13 @@ constexpr std::array kSettings = {
                 "TRELLIS_RUN_KV_BUDGET"},
     SettingSpec{"run.max_iteration_tokens", T::kInt, "4096",
                 "Input tokens one iteration may carry (bounds prefill bursts)", ""},
+    SettingSpec{"run.progress_interval_us", T::kInt, "50",
+                "trellis run: microseconds the engine's progress thread sleeps between passes over its links",
+                "TRELLIS_RUN_PROGRESS_INTERVAL_US"},
+    SettingSpec{"run.warmup_tokens", T::kInt, "256",
+                "Tokens of the dummy prefill every stage runs at load, before the first request "
+                "(then one decode step); 0: no warm-up",
+                "TRELLIS_RUN_WARMUP_TOKENS"},
     SettingSpec{"run.sampler_threads", T::kInt, "2",
                 "CPU sampler threads on the last stage (SiPipe decoupled sampling)",
                 "TRELLIS_RUN_SAMPLER_THREADS"},

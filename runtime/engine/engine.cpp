@@ -520,7 +520,7 @@ EngineResult Engine::run() {
               throw_error(ErrorCode::kPeerFailed, "rank {}: rank {} (pid {}, same host) died", rank_, r,
                           opt_.host_pids[r]);
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        std::this_thread::sleep_for(opt_.progress_interval);
       }
     } catch (...) {
       failed_.set(std::current_exception());

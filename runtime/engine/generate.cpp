@@ -19,6 +19,7 @@
 #include "trellis/runtime/checkpoint/reader.hpp"
 #include "trellis/runtime/engine/engine.hpp"
 #include "trellis/runtime/engine/llama_stage.hpp"
+#include "trellis/runtime/engine/warmup.hpp"
 #include "trellis/runtime/model/llama.hpp"
 #include "trellis/runtime/model/synthetic.hpp"
 #include "trellis/runtime/tokenizer/tokenizer.hpp"
@@ -161,6 +162,7 @@ struct PackedShares {
 
 GenerateReport generate(transport::Bootstrap& world, const Config& config, const GenerateOptions& o) {
   const Deadline setup = Deadline::after(config.get_duration("comm.connect_timeout_ms") * 3);
+  const double t_begin = now_seconds();
   if (o.pp < 1 || o.tp < 1 || o.pp * o.tp != world.size())
     throw_error(ErrorCode::kInvalidArgument, "--pp {} x --tp {} = {} ranks, but the job has {} (mpirun -np {})", o.pp,
                 o.tp, o.pp * o.tp, world.size(), o.pp * o.tp);
@@ -217,6 +219,7 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   if (me == 0)
     for (int s = 0; s < o.pp; ++s)
       spdlog::info("TP group of stage {} all-reduce: {}", s, algos[static_cast<std::size_t>(grid.rank_at(s, 0))]);
+  const double t_connected = now_seconds();
   Tracer tracer(!o.trace.empty());
   auto timed = make_timed_group(*tp_group, tracer);
   // This rank's shard.
@@ -235,6 +238,7 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
         eo.host_pids[static_cast<std::size_t>(r.rank)] = r.pid;
   }
   eo.keep_trace = !o.trace.empty();
+  eo.progress_interval = std::chrono::microseconds(std::max<std::int64_t>(1, config.get_int("run.progress_interval_us")));
   eo.stop = o.stop;
   auto& sc = eo.scheduler;
   sc.groups = o.pp;
@@ -276,6 +280,21 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   std::optional<Tokenizer> tokenizer;  // rank 0: decodes text outputs
   auto requests = load_workload(world, o, static_cast<int>(cfg.vocab_size), setup, source, tokenizer);
   eo.job = make_job_token(world, setup);
+  const double t_loaded = now_seconds();
+  // Start-up work that the first request would otherwise pay inside its TTFT (see
+  // warmup.hpp), done here, before the scheduler's clock starts. The TP group runs it
+  // together (its all-reduces); stages run theirs independently.
+  WarmupShape ws;
+  ws.prefill_tokens = static_cast<int>(std::max<std::int64_t>(
+      0, std::min(config.get_int("run.warmup_tokens"), static_cast<std::int64_t>(sc.max_iteration_tokens))));
+  ws.decode_rows = sc.max_seqs_per_group;
+  ws.slots = lo.max_slots;
+  ws.max_context = sc.max_context;
+  ws.first_stage = stage == 0;
+  ws.last_stage = stage == o.pp - 1;
+  const WarmupTimes warm = warm_up_stage(*stage_compute, ws);
+  tracer.reset();  // the warm-up's all-reduces are not the run's
+  StartupTimes startup{t_connected - t_begin, t_loaded - t_connected, warm.total_s(), warm.prefill_s, ws.prefill_tokens};
   if (me == 0)
     spdlog::info("trellis run: pp={} tp={} model {} ({} layers, hidden {}), {} requests, KV budget {} positions/rank",
                  o.pp, o.tp, o.model_dir.empty() ? "preset " + o.preset : o.model_dir, cfg.num_layers, cfg.hidden_size,
@@ -284,6 +303,10 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   auto result = run_engine(me, grid, *links, *stage_compute, requests, eo, tracer);
   // Gather the shares and the traces on rank 0.
   auto post = Deadline::after(eo.deadline);
+  startup.connect_s = world.max(startup.connect_s, post);
+  startup.load_s = world.max(startup.load_s, post);
+  startup.warmup_s = world.max(startup.warmup_s, post);
+  startup.warmup_prefill_s = world.max(startup.warmup_prefill_s, post);
   double wall = world.max(me == 0 ? result.wall_s : 0.0, post);
   auto sh = rank_shares(tracer, wall);
   PackedShares ps{sh.busy_s, sh.comm_s, sh.wait_s, sh.wall_s};
@@ -302,6 +325,7 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   s.techniques = fmt::format("cpu-sampler {} · tsem {} · sat {}", o.cpu_sampler ? "on" : "off", o.tsem ? "on" : "off",
                              o.sat ? "on" : "off");
   s.wall_s = result.wall_s;
+  s.startup = startup;
   summarize_requests(s, requests, result.results, result.start_s);
   s.notes = result.notes;
   std::vector<RankLabel> labels;

@@ -69,6 +69,10 @@ std::string to_text(const RunSummary& s) {
   o += fmt::format("trellis run: {} | {} | {}\n", s.layout, s.workload, s.techniques);
   o += fmt::format("requests: {} finished, {} failed of {}; {} prompt + {} generated tokens in {}\n", s.finished,
                    s.failed, s.requests, s.prompt_tokens, s.generated_tokens, format_seconds(s.wall_s));
+  o += fmt::format("start-up (before the first request, not in TTFT): connect {}, load {}, warm-up {}{}\n",
+                   format_seconds(s.startup.connect_s), format_seconds(s.startup.load_s),
+                   format_seconds(s.startup.warmup_s),
+                   s.startup.warmup_tokens > 0 ? fmt::format(" ({} tokens)", s.startup.warmup_tokens) : " (off)");
   o += fmt::format("throughput: {:.1f} tokens/s\n", s.throughput);
   auto lat = [](const LatencyStats& l) {
     return fmt::format("mean {}  p50 {}  p99 {}  (n={})", format_seconds(l.mean), format_seconds(l.p50),
@@ -116,7 +120,12 @@ std::string to_json_text(const RunSummary& s) {
                       {"tpot", lat(s.tpot)},
                       {"ranks", ranks},
                       {"failures", s.failures},
-                      {"notes", s.notes}};
+                      {"notes", s.notes},
+                      {"startup", {{"connect_s", s.startup.connect_s},
+                                   {"load_s", s.startup.load_s},
+                                   {"warmup_s", s.startup.warmup_s},
+                                   {"warmup_prefill_s", s.startup.warmup_prefill_s},
+                                   {"warmup_tokens", s.startup.warmup_tokens}}}};
   if (!s.trace_path.empty()) j["trace"] = s.trace_path;
   return j.dump(2);
 }

@@ -47,6 +47,12 @@ std::int64_t Tracer::total_ns(Lane lane, TraceCat cat) const {
   return totals_[static_cast<std::size_t>(lane)][static_cast<std::size_t>(cat)];
 }
 
+void Tracer::reset() {
+  std::lock_guard lock(mu_);
+  events_.clear();
+  totals_ = {};
+}
+
 std::vector<TraceEvent> Tracer::events() const {
   std::lock_guard lock(mu_);
   return events_;

@@ -58,6 +58,15 @@ for tr in ucx mpi tcp; do
   [ "$(grep -c "TP group of stage . all-reduce: $algo" "$W/b$tr.log")" = 2 ] || { grep "all-reduce:" "$W/b$tr.log"; fail "the TP groups' all-reduce does not follow --transport $tr"; }
   echo "ok: pp=2 tp=2 over $tr token-identical, links logged"
 done
+# Every stage warms up at load (a dummy prefill and decode step, run.warmup_tokens, default
+# 256) and the run reports it apart from TTFT; the warm-up never changes the tokens.
+grep -q '"warmup_tokens": 256' "$W/l2x2.log" || { cat "$W/l2x2.log"; fail "--json does not report the warm-up's tokens"; }
+grep -qE '"warmup_s": ([1-9]|0\.0*[1-9])' "$W/l2x2.log" || { cat "$W/l2x2.log"; fail "--json reports no warm-up time"; }
+grep -qE '"load_s": ([1-9]|0\.0*[1-9])' "$W/l2x2.log" || { cat "$W/l2x2.log"; fail "--json reports no load time"; }
+run cold 4 2 2 --set run.warmup_tokens=0
+cmp -s "$W/ref.jsonl" "$W/cold.jsonl" || fail "pp=2 tp=2 without the warm-up differs from 1x1 with it"
+grep -q '"warmup_tokens": 0' "$W/cold.log" || fail "run.warmup_tokens=0 still reports a warm-up"
+echo "ok: warm-up reported in --json (load, warm-up) and token-neutral"
 run naive 4 2 2 --no-cpu-sampler --no-tsem --no-sat
 cmp -s "$W/ref.jsonl" "$W/naive.jsonl" || fail "all techniques off changes the tokens"
 echo "ok: pp=2 tp=2 with all techniques off token-identical"

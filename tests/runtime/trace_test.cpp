@@ -88,3 +88,25 @@ TEST(Metrics, LatencyAndSummary) {
   EXPECT_DOUBLE_EQ(sh.comm_s, 1.5);
   EXPECT_DOUBLE_EQ(sh.wait_s, 1.0);
 }
+
+// The warm-up's spans are dropped before the run (Tracer::reset), and the start-up phases
+// appear in both summaries, apart from TTFT.
+TEST(Metrics, StartupReportedAndTracerReset) {
+  Tracer t(true);
+  t.record(Lane::kForward, TraceCat::kAllReduce, "all-reduce", 0, 1000);
+  t.reset();
+  EXPECT_EQ(t.total_ns(Lane::kForward, TraceCat::kAllReduce), 0);
+  EXPECT_TRUE(t.events().empty());
+  t.record(Lane::kForward, TraceCat::kAllReduce, "all-reduce", 0, 500);
+  EXPECT_EQ(t.total_ns(Lane::kForward, TraceCat::kAllReduce), 500);
+
+  RunSummary sum;
+  sum.startup = {0.25, 1.5, 0.125, 0.1, 256};
+  auto j = nlohmann::json::parse(to_json_text(sum));
+  EXPECT_DOUBLE_EQ(j["startup"]["connect_s"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(j["startup"]["load_s"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(j["startup"]["warmup_s"].get<double>(), 0.125);
+  EXPECT_DOUBLE_EQ(j["startup"]["warmup_prefill_s"].get<double>(), 0.1);
+  EXPECT_EQ(j["startup"]["warmup_tokens"].get<int>(), 256);
+  EXPECT_NE(to_text(sum).find("warm-up 125.00 ms (256 tokens)"), std::string::npos) << to_text(sum);
+}

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -108,6 +109,10 @@ struct EngineOptions {
   // pid of every world rank on this host (0: on another host or unknown). The engine checks
   // them every 100 ms, so a dead neighbour is named even while no wait faces it.
   std::vector<std::int64_t> host_pids;
+  // The progress thread's sleep between passes over the links (setting
+  // run.progress_interval_us). Each pass wakes a thread that shares the cores with the
+  // forward; see docs/runtime.md, "Time to first token".
+  std::chrono::microseconds progress_interval{50};
 };
 
 struct EngineResult {

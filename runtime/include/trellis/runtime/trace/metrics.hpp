@@ -33,6 +33,16 @@ struct RankShares {
 // Shares of one rank's forward lane from its tracer over `wall_s` seconds.
 RankShares rank_shares(const Tracer& t, double wall_s);
 
+// Start-up before the first request, per phase: the slowest rank's seconds (each rank times
+// its own phases; the phases end at collective points, so ranks finish them together).
+struct StartupTimes {
+  double connect_s = 0;  // topology exchange, placement, links, TP groups
+  double load_s = 0;     // this rank's shard of the weights, KV cache allocated and zeroed
+  double warmup_s = 0;   // warm_up_stage(): a dummy prefill + decode step through the stage
+  double warmup_prefill_s = 0;  // of which the prefill (the forward alone, no engine threads yet)
+  int warmup_tokens = 0; // the warm-up prefill's tokens (0: no warm-up)
+};
+
 struct RunSummary {
   std::string layout;        // "pp=2 tp=2 (4 ranks on 1 host)"
   std::string workload;      // where the requests came from
@@ -46,6 +56,7 @@ struct RunSummary {
   std::vector<std::string> failures;  // "request q3: top_p must be ..."
   std::vector<std::string> notes;     // waits on the KV budget and similar
   std::string trace_path;             // where the trace went, if anywhere
+  StartupTimes startup;               // not part of wall_s, TTFT or TPOT
 };
 
 // Fills the request-level fields from the scheduler's results (times relative to `start_s`).

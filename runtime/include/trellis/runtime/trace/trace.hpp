@@ -50,6 +50,8 @@ class Tracer {
   std::int64_t total_ns(Lane lane, TraceCat cat) const;
   std::vector<TraceEvent> events() const;
   bool keeps_events() const { return keep_; }
+  // Forgets every event and total (the engine's warm-up runs before the clock starts).
+  void reset();
 
   // RAII span: records [construction, destruction).
   class Span {
