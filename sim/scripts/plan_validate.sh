@@ -189,7 +189,9 @@ for path in files:
     tp, t, c = (int(x) for x in re.match(r".*forward_tp(\d+)_t(\d+)_c(\d+)_[ir]", path).groups())
     runs.setdefault((tp, t, c), []).append(json.load(open(path)))
 for (tp, t, copies), fs in sorted(runs.items()):
-    params = linear_params(json.load(open(f"{out}/ckpt_tp{tp}/config.json")))
+    cfg = json.load(open(f"{out}/ckpt_tp{tp}/config.json"))
+    params = linear_params(cfg)
+    head = cfg["vocab_size"] * cfg["hidden_size"]
     if copies == 1: triad.append(fs[0]["triad_GBps_median"] * 1e9)
     for k, b in enumerate(fs[0]["batches"]):
         # One copy's time: the median over the copies that ran at once (or the repetitions).
@@ -198,10 +200,13 @@ for (tp, t, copies), fs in sorted(runs.items()):
         # Decode: B rows, attention over the mean context of the timed steps.
         points.append({"threads": t, "rows": b["batch"], "params_per_s": params / step, "tp": tp,
                        "context": b["decode_context_mean"], "concurrent": copies})
-        # Prefill: B x PROMPT rows, causal attention over PROMPT/2 positions on average.
-        points.append({"threads": t, "rows": b["prefill_tokens"], "params_per_s": params / pre, "tp": tp,
+        # Prefill: B x PROMPT rows through the layers, but the LM head only on each prompt's
+        # last position (B rows), as the model charges it: the layers' rate is their
+        # parameters over the prefill time less the head's B rows at this batch's decode rate.
+        rate = (params - head) / (pre - head * step / params)
+        points.append({"threads": t, "rows": b["prefill_tokens"], "params_per_s": rate, "tp": tp,
                        "context": prompt / 2, "concurrent": copies})
-        if t == cores and copies == 1: flops.append(2 * b["prefill_tokens"] * params / pre)
+        if t == cores and copies == 1: flops.append(2 * b["prefill_tokens"] * rate)
 # Departure 16: ranks coupled as the layouts couple them (bench model under mpirun: TP
 # groups in lock step with the real all-reduce, pipeline stages handing over with M
 # microbatches in flight). Per rank, each forward call's time (not its waits),
@@ -219,18 +224,21 @@ per_layer = h * (full["num_attention_heads"] * hd + 2 * full["num_key_value_head
     full["num_attention_heads"] * hd * h + 3 * h * full["intermediate_size"]
 for (pp, tp, mb), gs in sorted(gruns.items()):
     for k, b in enumerate(gs[0]["ranks"][0]["batches"]):
-        dec_p = dec_t = pre_t = 0.0
+        dec_p = dec_t = pre_t = head_p = 0.0
         for r in range(len(gs[0]["ranks"])):
             rk = [next(x for x in g["ranks"] if x["rank"] == r) for g in gs]
-            params = ((rk[0]["last_layer"] - rk[0]["first_layer"]) * per_layer +
-                      (full["vocab_size"] * h if rk[0]["lm_head"] else 0)) / tp
+            head = full["vocab_size"] * h / tp if rk[0]["lm_head"] else 0
+            params = (rk[0]["last_layer"] - rk[0]["first_layer"]) * per_layer / tp + head
             n_ar = rk[0]["batches"][k]["allreduces_per_step"]
             dec_p += params
+            head_p += head
             dec_t += statistics.median(x["batches"][k]["decode_step_s"] - n_ar * x["batches"][k]["allreduce_s"] for x in rk)
             pre_t += statistics.median(x["batches"][k]["prefill_s"] - n_ar * x["batches"][k]["allreduce_prefill_s"] for x in rk)
         common = {"threads": gs[0]["threads"], "tp": tp, "pp": pp, "concurrent": tp * min(mb, pp), "coupled": True}
         points.append({**common, "rows": b["batch"], "params_per_s": dec_p / dec_t, "context": b["decode_context_mean"]})
-        points.append({**common, "rows": b["prefill_tokens"], "params_per_s": dec_p / pre_t, "context": prompt / 2})
+        # Prefill: the LM head ran on B rows only (as for the single-rank points above).
+        points.append({**common, "rows": b["prefill_tokens"], "context": prompt / 2,
+                       "params_per_s": (dec_p - head_p) / (pre_t - head_p * dec_t / dec_p)})
 cal["compute"] = {"device": "cpu", "flops": max(flops), "memory_bandwidth": statistics.median(triad),
                   "cores": cores, "threads_per_rank": threads, "matmul": points,
                   "source": "trellis bench model --batches: the whole forward (f32) at the preset's shapes and one "
