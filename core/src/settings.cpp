@@ -109,6 +109,11 @@ constexpr std::array kSettings = {
     SettingSpec{"run.progress_interval_us", T::kInt, "50",
                 "trellis run: microseconds the engine's progress thread sleeps between passes over its links",
                 "TRELLIS_RUN_PROGRESS_INTERVAL_US"},
+    SettingSpec{"run.progress_idle_us", T::kInt, "1000",
+                "trellis run: longest sleep of the engine's progress thread while no send is in flight "
+                "(it backs off from run.progress_interval_us and wakes when anything is posted); "
+                "set it to run.progress_interval_us for a fixed pace",
+                "TRELLIS_RUN_PROGRESS_IDLE_US"},
     SettingSpec{"run.warmup_tokens", T::kInt, "256",
                 "Tokens of the dummy prefill every stage runs at load, before the first request "
                 "(then one decode step); 0: no warm-up",

@@ -509,7 +509,9 @@ EngineResult Engine::run() {
   std::thread progress([this, &finished] {
     try {
       auto last_check = Clock::now();
+      auto idle_sleep = opt_.progress_interval;
       while (!finished.load(std::memory_order_relaxed) && !failed_.failed) {
+        const std::uint64_t posts = links_.post_count();
         links_.progress();
         // Watchdog: a rank whose only partner died may itself be waiting on a live rank
         // that waits on it in turn; checking the host's pids names the dead one at once.
@@ -520,7 +522,17 @@ EngineResult Engine::run() {
               throw_error(ErrorCode::kPeerFailed, "rank {}: rank {} (pid {}, same host) died", rank_, r,
                           opt_.host_pids[r]);
         }
-        std::this_thread::sleep_for(opt_.progress_interval);
+        // Every pass wakes a thread that shares the cores with the forward, so pass often
+        // only while a send is in flight; otherwise back off (doubling) to progress_idle_max
+        // and come back at once when anything is posted. Receives alone keep the slow pace:
+        // their owners test them when they need the data (docs/runtime.md).
+        if (links_.sweep_sends() > 0) {
+          idle_sleep = opt_.progress_interval;
+          std::this_thread::sleep_for(opt_.progress_interval);
+        } else {
+          idle_sleep = std::min(idle_sleep * 2, std::max(opt_.progress_idle_max, opt_.progress_interval));
+          links_.wait_for_post(posts, idle_sleep);
+        }
       }
     } catch (...) {
       failed_.set(std::current_exception());

@@ -239,6 +239,7 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   }
   eo.keep_trace = !o.trace.empty();
   eo.progress_interval = std::chrono::microseconds(std::max<std::int64_t>(1, config.get_int("run.progress_interval_us")));
+  eo.progress_idle_max = std::chrono::microseconds(std::max<std::int64_t>(1, config.get_int("run.progress_idle_us")));
   eo.stop = o.stop;
   auto& sc = eo.scheduler;
   sc.groups = o.pp;
@@ -258,8 +259,7 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   kernels::Context ctx(static_cast<int>(config.get_int("kernels.threads")));
   LlamaModel model(*reader, cfg, *timed, ctx, lo);
   VariantOptions vo;  // lp loads the paper's per-layer shards from the same checkpoint
-  vo.progress.enabled = config.get_bool("comm.progress_thread");
-  vo.progress.interval = std::chrono::microseconds(config.get_int("comm.progress_interval_us"));
+  vo.progress = transport::ProgressOptions::from_config(config);
   vo.reader = reader.get();
   vo.load = lo;
   auto stage_compute = make_llama_stage(model, variant, config.get_duration("comm.deadline_ms"), std::move(vo));

@@ -113,6 +113,10 @@ struct EngineOptions {
   // run.progress_interval_us). Each pass wakes a thread that shares the cores with the
   // forward; see docs/runtime.md, "Time to first token".
   std::chrono::microseconds progress_interval{50};
+  // While no send is in flight the thread backs off, doubling its sleep up to this (setting
+  // run.progress_idle_us), and wakes as soon as a send or receive is posted. Equal to
+  // progress_interval: the fixed pace of old.
+  std::chrono::microseconds progress_idle_max{1000};
 };
 
 struct EngineResult {
