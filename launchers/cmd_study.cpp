@@ -150,11 +150,7 @@ int run_study(Session& s, StudyOptions o) {
   runtime::ModelConfig cfg;
   std::string model_name;
   auto reader = open_model(o, cfg, model_name);
-  transport::ProgressOptions progress;
-  progress.enabled = s.config.get_bool("comm.progress_thread");
-  progress.interval = std::chrono::microseconds(s.config.get_int("comm.progress_interval_us"));
-  progress.cooperative = s.config.get_bool("comm.progress_cooperative");
-  progress.cooperative_interval = std::chrono::microseconds(s.config.get_int("comm.progress_cooperative_us"));
+  const auto progress = transport::ProgressOptions::from_config(s.config);
   std::vector<runtime::StudyRun::PerSpec> per_spec;
   const auto specs = parse_variants(o, cfg, progress, per_spec);
   const auto place = runtime::StagePlace::of(s.rank(), o.tp, o.pp, cfg.num_layers);
@@ -228,7 +224,7 @@ int run_study(Session& s, StudyOptions o) {
   if (!s.is_root()) return 0;
 
   const std::string title =
-      fmt::format("trellis study variants: {}, tp={} ({} group over {}{}), pp={}, {} weights, {} kernel threads per rank, "
+      fmt::format("trellis study variants: {}, tp={} (all-reduce: {}; links: {}{}), pp={}, {} weights, {} kernel threads per rank, "
                   "ladder progress thread {}{}{}", model_name, o.tp, group->describe(), tp_links,
                   s.config.get_bool("comm.no_nvlink") ? ", --no-nvlink" : "", o.pp, o.weights, ctx.threads(),
                   run.progress.enabled ? fmt::format("on ({} us)", run.progress.interval.count()) : std::string("off"),

@@ -140,8 +140,7 @@ void load_shard(transport::Bootstrap& world, const Config& config, const Perplex
   sh.model = std::make_unique<LlamaModel>(*sh.reader, cfg, *sh.group, *sh.ctx, lo);
   if (variant.kind != Variant::kStandard) {
     VariantOptions vo;  // as trellis run: lp loads the paper's per-layer shards from the reader
-    vo.progress.enabled = config.get_bool("comm.progress_thread");
-    vo.progress.interval = std::chrono::microseconds(config.get_int("comm.progress_interval_us"));
+    vo.progress = transport::ProgressOptions::from_config(config);
     vo.reader = sh.reader.get();
     vo.load = lo;
     sh.runner.emplace(*sh.model, variant, config.get_duration("comm.deadline_ms"), std::move(vo));

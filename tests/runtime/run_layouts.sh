@@ -54,8 +54,8 @@ for tr in ucx mpi tcp; do
   grep -qE "stage 0 -> 1 +shm +-> $tr" "$W/b$tr.log" || { cat "$W/b$tr.log"; fail "the run does not log the $tr stage boundary"; }
   grep -q "connected rank pairs: $tr x 3" "$W/b$tr.log" || { cat "$W/b$tr.log"; fail "the run does not log its $tr links"; }
   # --transport steers the TP all-reduce too: MPI's group for mpi, the ring over ucx/tcp links.
-  algo=ring; [ $tr = mpi ] && algo=mpi
-  [ "$(grep -c "TP group of stage . all-reduce: $algo" "$W/b$tr.log")" = 2 ] || { grep "all-reduce:" "$W/b$tr.log"; fail "the TP groups' all-reduce does not follow --transport $tr"; }
+  algo="ring over $tr"; [ $tr = mpi ] && algo=mpi
+  [ "$(grep -c "TP group of stage . all-reduce: $algo\b" "$W/b$tr.log")" = 2 ] || { grep "all-reduce:" "$W/b$tr.log"; fail "the TP groups' all-reduce does not follow --transport $tr"; }
   echo "ok: pp=2 tp=2 over $tr token-identical, links logged"
 done
 # Every stage warms up at load (a dummy prefill and decode step, run.warmup_tokens, default

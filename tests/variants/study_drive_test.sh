@@ -15,7 +15,7 @@ study() {
 }
 out=$(study --transport tcp --variants ladder@coop:0,ladder@thread,ladder@none); rc=$?
 [ $rc = 0 ] && echo "ok   study over --transport tcp ran" || { fail "study --transport tcp (rc=$rc)"; tail -5 <<<"$out"; }
-grep -q "over tcp links" <<<"$out" && echo "ok   --transport tcp steers the TP all-reduce" || fail "title does not name tcp links"
+grep -q "all-reduce: ring over tcp; links: tcp links" <<<"$out" && echo "ok   --transport tcp steers the TP all-reduce" || fail "title does not name tcp links"
 for m in coop:0 thread none; do
   grep -qE "^  ladder@$m +all " <<<"$out" && echo "ok   row ladder@$m" || fail "no row for ladder@$m"
 done

@@ -8,6 +8,15 @@
 
 namespace trellis::transport {
 
+ProgressOptions ProgressOptions::from_config(const Config& config) {
+  ProgressOptions o;
+  o.enabled = config.get_bool("comm.progress_thread");
+  o.interval = std::chrono::microseconds(config.get_int("comm.progress_interval_us"));
+  o.cooperative = config.get_bool("comm.progress_cooperative");
+  o.cooperative_interval = std::chrono::microseconds(config.get_int("comm.progress_cooperative_us"));
+  return o;
+}
+
 struct ProgressThread::Item {
   std::mutex mu;            // held while a thread tests `inner`
   RequestPtr inner;         // null once the owner dropped the request

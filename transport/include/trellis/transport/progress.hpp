@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "trellis/core/config.hpp"
 #include "trellis/transport/request.hpp"
 
 namespace trellis::transport {
@@ -53,6 +54,10 @@ struct ProgressOptions {
   std::chrono::microseconds interval{20};     // its sleep between tests while work is outstanding
   bool cooperative = true;                    // poll() tests the outstanding requests
   std::chrono::microseconds cooperative_interval{100};  // poll() tests at most this often
+
+  // From the settings comm.progress_thread, comm.progress_interval_us,
+  // comm.progress_cooperative and comm.progress_cooperative_us.
+  static ProgressOptions from_config(const Config& config);
 };
 
 class ProgressThread {
