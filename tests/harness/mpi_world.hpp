@@ -4,6 +4,9 @@
 // hang fails the test instead of the CTest timeout.
 #pragma once
 
+#include <numeric>
+#include <vector>
+
 #include "trellis/core/clock.hpp"
 #include "trellis/transport/bootstrap.hpp"
 
@@ -15,5 +18,12 @@ inline transport::Bootstrap& world() {
 }
 
 inline Deadline soon() { return Deadline::after_ms(30000); }
+
+// Every world rank, in order: the members of a group over the whole world.
+inline std::vector<int> everyone() {
+  std::vector<int> m(static_cast<std::size_t>(world().size()));
+  std::iota(m.begin(), m.end(), 0);
+  return m;
+}
 
 }  // namespace trellis::testing_support

@@ -25,13 +25,8 @@ namespace trellis::transport {
 namespace {
 
 using testing_support::soon;
+using testing_support::everyone;
 using testing_support::world;
-
-std::vector<int> everyone() {
-  std::vector<int> m(static_cast<std::size_t>(world().size()));
-  std::iota(m.begin(), m.end(), 0);
-  return m;
-}
 
 GroupOptions options(bool park) {
   GroupOptions o;

@@ -4,6 +4,8 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -28,6 +30,36 @@ void wait_all(std::span<MPI_Request> reqs, Deadline deadline, const std::string&
     check_mpi(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), what.c_str());
     return done != 0;
   }, deadline, what);
+}
+
+// The buffers of one collective. MPI cannot cancel a collective: one that timed out here may
+// still read or write its buffers when the late ranks arrive, so a timed-out collective's
+// buffers are kept until the process ends instead of being freed under MPI's feet (freeing
+// them corrupted the heap: a group test whose bootstrap all-gather timed out aborted in
+// malloc_consolidate). Nothing the caller owns is handed to a collective; results are copied
+// out once it completed.
+struct CollBuffers {
+  int i_in = 0, i_out = 0;
+  double d_in = 0, d_out = 0;
+  std::uint64_t n = 0;
+  std::vector<int> lens, displs;
+  std::vector<std::byte> send, recv;
+};
+
+void keep_forever(std::shared_ptr<CollBuffers> b) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::shared_ptr<CollBuffers>>();  // never freed, on purpose
+  std::lock_guard lock(mu);
+  kept->push_back(std::move(b));
+}
+
+void wait_collective(const std::shared_ptr<CollBuffers>& b, MPI_Request& r, Deadline deadline, const std::string& what) {
+  try {
+    wait_all({&r, 1}, deadline, what);
+  } catch (...) {
+    keep_forever(b);
+    throw;
+  }
 }
 
 class MpiBootstrap final : public Bootstrap {
@@ -72,47 +104,55 @@ class MpiBootstrap final : public Bootstrap {
   }
 
   std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> mine, Deadline deadline) override {
-    int my_len = static_cast<int>(mine.size());
-    std::vector<int> lens(size_);
+    auto b = std::make_shared<CollBuffers>();
+    b->i_in = static_cast<int>(mine.size());
+    b->lens.resize(static_cast<std::size_t>(size_));
     MPI_Request r;
-    check_mpi(MPI_Iallgather(&my_len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_, &r), "allgather");
-    wait_all({&r, 1}, deadline, "allgather (sizes) over all ranks");
-    std::vector<int> displs(size_, 0);
-    std::exclusive_scan(lens.begin(), lens.end(), displs.begin(), 0);
-    std::vector<std::byte> flat(static_cast<std::size_t>(displs.back() + lens.back()));
-    check_mpi(MPI_Iallgatherv(mine.data(), my_len, MPI_BYTE, flat.data(), lens.data(), displs.data(),
+    check_mpi(MPI_Iallgather(&b->i_in, 1, MPI_INT, b->lens.data(), 1, MPI_INT, comm_, &r), "allgather");
+    wait_collective(b, r, deadline, "allgather (sizes) over all ranks");
+    b->displs.assign(static_cast<std::size_t>(size_), 0);
+    std::exclusive_scan(b->lens.begin(), b->lens.end(), b->displs.begin(), 0);
+    b->recv.resize(static_cast<std::size_t>(b->displs.back() + b->lens.back()));
+    b->send.assign(mine.begin(), mine.end());
+    check_mpi(MPI_Iallgatherv(b->send.data(), b->i_in, MPI_BYTE, b->recv.data(), b->lens.data(), b->displs.data(),
                               MPI_BYTE, comm_, &r), "allgatherv");
-    wait_all({&r, 1}, deadline, "allgather (data) over all ranks");
+    wait_collective(b, r, deadline, "allgather (data) over all ranks");
     std::vector<std::vector<std::byte>> out(size_);
-    for (int i = 0; i < size_; ++i) out[i].assign(flat.begin() + displs[i], flat.begin() + displs[i] + lens[i]);
+    for (int i = 0; i < size_; ++i)
+      out[i].assign(b->recv.begin() + b->displs[i], b->recv.begin() + b->displs[i] + b->lens[i]);
     return out;
   }
 
   void broadcast(std::vector<std::byte>& data, int root, Deadline deadline) override {
     check_rank(root, "broadcast");
-    std::uint64_t n = data.size();
+    auto b = std::make_shared<CollBuffers>();
+    b->n = data.size();
     MPI_Request r;
-    check_mpi(MPI_Ibcast(&n, 1, MPI_UINT64_T, root, comm_, &r), "broadcast");
-    wait_all({&r, 1}, deadline, fmt::format("broadcast (size) from rank {}", root));
-    data.resize(n);
-    check_mpi(MPI_Ibcast(data.data(), static_cast<int>(n), MPI_BYTE, root, comm_, &r), "broadcast");
-    wait_all({&r, 1}, deadline, fmt::format("broadcast from rank {}", root));
+    check_mpi(MPI_Ibcast(&b->n, 1, MPI_UINT64_T, root, comm_, &r), "broadcast");
+    wait_collective(b, r, deadline, fmt::format("broadcast (size) from rank {}", root));
+    if (rank_ == root) b->recv = data;
+    else b->recv.resize(b->n);
+    check_mpi(MPI_Ibcast(b->recv.data(), static_cast<int>(b->n), MPI_BYTE, root, comm_, &r), "broadcast");
+    wait_collective(b, r, deadline, fmt::format("broadcast from rank {}", root));
+    data = b->recv;
   }
 
   bool any(bool mine, Deadline deadline) override {
-    int in = mine ? 1 : 0, out = 0;
+    auto b = std::make_shared<CollBuffers>();
+    b->i_in = mine ? 1 : 0;
     MPI_Request r;
-    check_mpi(MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_LOR, comm_, &r), "allreduce");
-    wait_all({&r, 1}, deadline, "agreement (allreduce) over all ranks");
-    return out != 0;
+    check_mpi(MPI_Iallreduce(&b->i_in, &b->i_out, 1, MPI_INT, MPI_LOR, comm_, &r), "allreduce");
+    wait_collective(b, r, deadline, "agreement (allreduce) over all ranks");
+    return b->i_out != 0;
   }
 
   double max(double mine, Deadline deadline) override {
-    double out = 0;
+    auto b = std::make_shared<CollBuffers>();
+    b->d_in = mine;
     MPI_Request r;
-    check_mpi(MPI_Iallreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, comm_, &r), "allreduce");
-    wait_all({&r, 1}, deadline, "max (allreduce) over all ranks");
-    return out;
+    check_mpi(MPI_Iallreduce(&b->d_in, &b->d_out, 1, MPI_DOUBLE, MPI_MAX, comm_, &r), "allreduce");
+    wait_collective(b, r, deadline, "max (allreduce) over all ranks");
+    return b->d_out;
   }
 
   void send(int peer, int tag, std::span<const std::byte> data, Deadline deadline) override {
