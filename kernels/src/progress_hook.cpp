@@ -4,7 +4,7 @@
 namespace trellis::kernels {
 
 namespace detail {
-thread_local ProgressHook tls_progress_hook;
+constinit thread_local ProgressHook tls_progress_hook;
 }
 
 ProgressHook set_progress_hook(ProgressHook hook) noexcept {

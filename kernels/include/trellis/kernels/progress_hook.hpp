@@ -30,7 +30,9 @@ struct ProgressHook {
 };
 
 namespace detail {
-extern thread_local ProgressHook tls_progress_hook;
+// constinit: no dynamic initialisation, so an access is a plain TLS load (no init wrapper,
+// which UBSan saw as a null reference when the variable is defined in another unit).
+extern thread_local constinit ProgressHook tls_progress_hook;
 }
 
 // Calls the calling thread's hook, if any.
