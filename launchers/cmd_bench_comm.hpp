@@ -3,7 +3,9 @@
 // world (all ranks call it in the same order); results are complete on rank 0.
 #pragma once
 
+#include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,9 +53,12 @@ std::optional<Series> measure_p2p(Session& s, transport::Backend backend, const 
                                   const Budget& b, std::string& why);
 
 // All-reduce (f32) over each group, interleaved (every world rank calls it; non-members pass
-// nullptr entries). One Series per group.
+// nullptr entries). A group with a non-empty entry in `windows` (same index; the vector may be
+// shorter) works on that memory, its registered window, instead of a private vector. One
+// Series per group.
 std::vector<Series> measure_allreduce(Session& s, const std::vector<transport::Group*>& groups,
-                                      const std::vector<std::size_t>& sizes, const Budget& b);
+                                      const std::vector<std::size_t>& sizes, const Budget& b,
+                                      const std::vector<std::span<std::byte>>& windows = {});
 
 // Stage streaming between ranks 0 and 1 (ping-pong of one iteration's hidden states): for
 // every dtype and batch, one point per mode in the order aware, baseline, baseline-eager.

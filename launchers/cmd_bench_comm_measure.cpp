@@ -117,13 +117,24 @@ std::optional<Series> measure_p2p(Session& s, Backend backend, const std::vector
 // Groups are measured interleaved (every repetition runs each group once), so a change of
 // load on this shared machine hits all of them alike.
 std::vector<Series> measure_allreduce(Session& s, const std::vector<transport::Group*>& groups,
-                                      const std::vector<std::size_t>& sizes, const Budget& b) {
+                                      const std::vector<std::size_t>& sizes, const Budget& b,
+                                      const std::vector<std::span<std::byte>>& windows) {
   std::vector<Series> series(groups.size());
   for (std::size_t gi = 0; gi < groups.size(); ++gi)
     if (groups[gi] != nullptr) series[gi].name = groups[gi]->describe(), series[gi].ranks = groups[gi]->size();
   for (std::size_t bytes : sizes) {
     const std::size_t n = std::max<std::size_t>(1, bytes / 4);
-    std::vector<float> v(n, 1.0f);
+    std::vector<float> own(n, 1.0f);
+    // Each group's data: the vector, or the start of its window (same contents).
+    std::vector<std::span<float>> data(groups.size(), std::span<float>(own));
+    for (std::size_t gi = 0; gi < std::min(groups.size(), windows.size()); ++gi) {
+      if (windows[gi].empty()) continue;
+      if (windows[gi].size() < n * sizeof(float))
+        throw_error(ErrorCode::kInternal, "the window of group {} holds {} bytes, less than {}", gi,
+                    windows[gi].size(), n * sizeof(float));
+      data[gi] = std::span<float>(reinterpret_cast<float*>(windows[gi].data()), n);
+      std::fill(data[gi].begin(), data[gi].end(), 1.0f);
+    }
     // At least 10 operations per block: with 2 (as before) a block at 4 MiB lasts ~0.5 ms, so
     // one rank preempted for a scheduler slice (3-8 ms here) decides the block, and the
     // median of 7 blocks becomes a lottery between runs (docs/benchmarks.md, all-reduce).
@@ -135,7 +146,7 @@ std::vector<Series> measure_allreduce(Session& s, const std::vector<transport::G
         s.world().barrier(s.deadline());
         double t0 = now_seconds();
         if (g)
-          for (int i = 0; i < k; ++i) g->all_reduce(v.data(), n, DType::kF32);
+          for (int i = 0; i < k; ++i) g->all_reduce(data[gi].data(), n, DType::kF32);
         double dt = s.world().max(now_seconds() - t0, s.deadline()) / k;
         if (rep >= 0) per_op[gi].push_back(dt);
       }
@@ -144,6 +155,7 @@ std::vector<Series> measure_allreduce(Session& s, const std::vector<transport::G
       auto* g = groups[gi];
       bool ok = true;
       if (g) {
+        auto v = data[gi];
         std::fill(v.begin(), v.end(), static_cast<float>(g->rank() + 1));
         g->all_reduce(v.data(), n, DType::kF32);
         const float want = static_cast<float>(g->size() * (g->size() + 1) / 2);

@@ -299,6 +299,7 @@ int run_bench_group(Session& s, const BenchModelOptions& o) {
   lo.last_layer = place.last_layer;
   lo.max_slots = seat.m * *std::max_element(sizes.begin(), sizes.end());
   lo.max_seq_len = o.prompt + o.steps + 1;
+  lo.window_bytes = s.config.get_size("comm.coll_shm_window");
   lo.weight_dtype = o.weights == "bf16" ? runtime::ElemType::kBF16 : runtime::ElemType::kF32;
   runtime::LlamaModel model(*reader, cfg, *group, ctx, lo);
   nlohmann::json mine = {{"rank", s.rank()}, {"stage", place.stage}, {"tp_rank", place.tp_rank},
@@ -337,6 +338,7 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   auto group = transport::make_single_group(0);
   runtime::LoadOptions lo;
   lo.max_seq_len = o.prompt + o.steps + 1;
+  lo.window_bytes = s.config.get_size("comm.coll_shm_window");
   lo.weight_dtype = o.weights == "bf16" ? runtime::ElemType::kBF16 : runtime::ElemType::kF32;
   // --weights native, or the model.weights_format setting, keeps GGUF Q4_1/Q8_0 quantised.
   lo.weights_format = runtime::parse_weights_format(

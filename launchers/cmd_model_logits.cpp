@@ -62,6 +62,7 @@ int run_logits(Session& s, const LogitsOptions& o) {
   lo.max_seq_len = 0;
   for (std::size_t i = 0; i < prompts.size(); ++i)
     lo.max_seq_len = std::max<std::int64_t>(lo.max_seq_len, static_cast<std::int64_t>(prompts[i].size() + decode[i].size()));
+  lo.window_bytes = s.config.get_size("comm.coll_shm_window");
   if (o.weights != "auto") lo.weight_dtype = o.weights == "f32" ? runtime::ElemType::kF32 : runtime::ElemType::kBF16;
   runtime::LlamaModel model(*reader, cfg, *group, ctx, lo);
 

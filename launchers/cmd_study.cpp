@@ -192,6 +192,7 @@ int run_study(Session& s, StudyOptions o) {
   lo.last_layer = place.last_layer;
   lo.max_slots = *std::max_element(batches.begin(), batches.end());
   lo.max_seq_len = o.prompt_len + o.gen_len;
+  lo.window_bytes = s.config.get_size("comm.coll_shm_window");
   lo.weight_dtype = o.weights == "f32" ? runtime::ElemType::kF32 : runtime::ElemType::kBF16;
   runtime::LlamaModel model(*reader, cfg, *group, ctx, lo);
 

@@ -54,6 +54,11 @@ constexpr std::array kSettings = {
                 "shm collectives: a rank that spun and yielded without its peers moving blocks on a futex "
                 "until a peer publishes (false: keeps yielding, then sleeping, as other waits do)",
                 ""},
+    SettingSpec{"comm.coll_shm_window", T::kSize, "64MiB",
+                "Bytes per rank of shared memory each model registers with its TP group for the partial sums "
+                "the TP all-reduce completes (two buffers); in a host the all-reduce then copies nothing in or "
+                "out. Larger forwards fall back to the copying path; 0: never register",
+                "TRELLIS_COLL_SHM_WINDOW"},
     SettingSpec{"comm.coll_doubling_max", T::kSize, "64KiB",
                 "ring all-reduce: recursive doubling up to this size (power-of-two groups), ring above", ""},
     SettingSpec{"comm.progress_thread", T::kBool, "true",

@@ -253,11 +253,20 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   lo.last_layer = lo.first_layer + layers[static_cast<std::size_t>(stage)];
   lo.max_slots = o.pp * sc.max_seqs_per_group;
   lo.max_seq_len = sc.max_context;
+  lo.window_bytes = config.get_size("comm.coll_shm_window");
   // native keeps GGUF Q4_1/Q8_0 blocks quantised (llama.cpp's arithmetic, faster); the default
   // dequant is the one whose tokens are identical across layouts.
   lo.weights_format = parse_weights_format(config.get_string("model.weights_format"), "model.weights_format");
   kernels::Context ctx(static_cast<int>(config.get_int("kernels.threads")));
   LlamaModel model(*reader, cfg, *timed, ctx, lo);
+  if (me == 0 && o.tp > 1)
+    spdlog::info("TP all-reduce buffers: {}",
+                 model.window_rows() > 0
+                     ? fmt::format("a registered window, all-reduced in place for forwards of up to {} tokens "
+                                   "(comm.coll_shm_window)",
+                                   model.window_rows())
+                     : std::string("private, copied through the group (no shared window: comm.coll_shm_window=0 "
+                                   "or a group across hosts)"));
   VariantOptions vo;  // lp loads the paper's per-layer shards from the same checkpoint
   vo.progress = transport::ProgressOptions::from_config(config);
   vo.reader = reader.get();

@@ -106,6 +106,7 @@ class TimedGroup final : public transport::Group {
   void broadcast(void* data, std::size_t bytes, int root) override { g_.broadcast(data, bytes, root); }
   void all_gather(const void* in, void* out, std::size_t bytes) override { g_.all_gather(in, out, bytes); }
   void barrier() override { g_.barrier(); }
+  std::span<std::byte> allocate_window(std::size_t bytes) override { return g_.allocate_window(bytes); }
 
  private:
   transport::Group& g_;

@@ -133,6 +133,7 @@ void load_shard(transport::Bootstrap& world, const Config& config, const Perplex
   lo.last_layer = static_cast<int>(static_cast<std::int64_t>(sh.stage + 1) * cfg.num_layers / o.pp);
   lo.max_slots = 1;
   lo.max_seq_len = o.ctx;
+  lo.window_bytes = config.get_size("comm.coll_shm_window");
   lo.weight_dtype = o.dtype == "bf16" ? ElemType::kBF16 : ElemType::kF32;
   // native: GGUF blocks kept quantised, multiplied as llama.cpp does (8-bit activations).
   lo.weights_format = parse_weights_format(config.get_string("model.weights_format"), "model.weights_format");

@@ -50,6 +50,11 @@ LlamaModel::LlamaModel(const CheckpointReader& reader, const ModelConfig& cfg, t
   rope_ = kernels::RopeTable(cfg.rope, cap);
   kv_ = kernels::KvCache(last_ - first_, opt.max_slots, tp_layout_.kv_heads, cap, cfg.head_dim, opt.kv_dtype);
   scratch_.resize(kScratchCount);
+  // Collective over the TP group: every member constructs its model with the same options.
+  if (tp_.size() > 1 && opt.window_bytes >= 2 * 64) {
+    window_ = tp_.allocate_window(opt.window_bytes);
+    window_buffer_bytes_ = window_.size() / 2 / 64 * 64;  // two buffers, cache-line aligned
+  }
 }
 
 LlamaModel::~LlamaModel() = default;
@@ -58,6 +63,18 @@ TensorView LlamaModel::scratch(int which, std::int64_t rows, std::int64_t cols) 
   kernels::Tensor& t = scratch_[static_cast<std::size_t>(which)];
   if (t.numel() < rows * cols) t = kernels::Tensor::empty(kernels::DType::kF32, {rows * cols});
   return TensorView::matrix(t.view().data, kernels::DType::kF32, rows, cols);
+}
+
+std::int64_t LlamaModel::window_rows() const {
+  return static_cast<std::int64_t>(window_buffer_bytes_ / (static_cast<std::size_t>(cfg_.hidden_size) * sizeof(float)));
+}
+
+TensorView LlamaModel::reduce_buffer(int which, std::int64_t rows) {
+  if (which != 0 && which != 1) throw_error(ErrorCode::kInternal, "reduce_buffer {} is not 0 or 1", which);
+  if (window_fits(rows))
+    return TensorView::matrix(window_.data() + static_cast<std::size_t>(which) * window_buffer_bytes_,
+                              kernels::DType::kF32, rows, cfg_.hidden_size);
+  return scratch(which == 0 ? kPartial : kPartial2, rows, cfg_.hidden_size);
 }
 
 void LlamaModel::embed(const Batch& batch, const TensorView& x) {
@@ -164,7 +181,7 @@ transport::RequestPtr LlamaModel::all_reduce_async(const TensorView& partial) {
 }
 
 void LlamaModel::standard_layer(int layer, const Batch& batch, const TensorView& x) {
-  TensorView p = scratch(kPartial, x.rows(), cfg_.hidden_size);
+  TensorView p = reduce_buffer(0, x.rows());
   attention_partial(layer, batch, x, p);
   all_reduce(p);
   kernels::add(ctx_, x, p, x);

@@ -148,6 +148,7 @@ void VariantRunner::load_lp_shards(const VariantOptions& opts) {
     LoadOptions lo = opts.load;
     lo.first_layer = k + side;
     lo.last_layer = k + side + 1;
+    lo.window_bytes = 0;  // their partial sums are reduced through the stage model's group and window
     lp_models_.emplace_back(k, std::make_unique<LlamaModel>(*opts.reader, m_.config(), *lp_shard_group_, m_.context(), lo));
   }
 }
@@ -167,6 +168,10 @@ int VariantRunner::lp_layer_held(int pair_first) const {
 bool VariantRunner::in_range(int layer) const { return layer >= spec_.range_first && layer < spec_.range_last; }
 
 TensorView VariantRunner::buf(int which, std::int64_t rows) {
+  // The buffers that get all-reduced live in the model's registered window where it fits (the
+  // shm all-reduce then copies nothing): kA and kB alternate in Ladder, kAccum is Desync's sum.
+  if (which == kA || which == kB) return m_.reduce_buffer(which == kA ? 0 : 1, rows);
+  if (which == kAccum) return m_.reduce_buffer(1, rows);
   const std::int64_t h = m_.config().hidden_size;
   kernels::Tensor& t = bufs_[static_cast<std::size_t>(which)];
   if (t.numel() < rows * h) t = kernels::Tensor::empty(kernels::DType::kF32, {rows * h});

@@ -4,12 +4,15 @@
 // does not divide evenly.
 #include <mpi.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 
 #include "model_test_util.hpp"
 #include "trellis/kernels/ops.hpp"
+#include "trellis/core/config.hpp"
 #include "trellis/transport/bootstrap.hpp"
+#include "trellis/transport/collectives.hpp"
 #include "trellis/transport/group.hpp"
 
 using namespace trellis;
@@ -155,4 +158,47 @@ TEST(ModelTp, AsyncAllReduceWiringEqualsStandardLayer) {
   }
   std::vector<float> va(xa.ptr<float>(), xa.ptr<float>() + 5 * H), vb(xb.ptr<float>(), xb.ptr<float>() + 5 * H);
   EXPECT_EQ(va, vb);
+}
+
+// The shm group with a registered window (LoadOptions::window_bytes): the partial sums live in
+// memory both ranks map and every all-reduce runs zero-copy; the stage output is bit for bit
+// the copying path's (same summation order), for prefill and for a forward too large for the
+// window, which falls back to private scratch.
+TEST(ModelTp, RegisteredWindowEqualsCopyingPathBitForBit) {
+  if (world().size() != 2) GTEST_SKIP() << "needs 2 ranks";
+  auto cfg = model_preset("tiny");
+  auto reader = make_synthetic_reader(cfg, "F32", 17);
+  kernels::Context ctx(1);
+  Config config;
+  transport::GroupOptions go;
+  go.algorithm = transport::Algorithm::kShm;
+  auto tp = transport::make_group(world(), everyone(), go, config);
+  LoadOptions o;
+  o.max_seq_len = 64;
+  o.max_slots = 2;
+  LoadOptions ow = o;
+  const std::int64_t H = cfg.hidden_size, fits = 8;
+  ow.window_bytes = static_cast<std::size_t>(2 * fits * H) * sizeof(float);
+  LlamaModel copying(*reader, cfg, *tp, ctx, o), windowed(*reader, cfg, *tp, ctx, ow);
+  EXPECT_FALSE(copying.window_fits(1));
+  EXPECT_TRUE(windowed.window_fits(fits));
+  EXPECT_FALSE(windowed.window_fits(fits + 1));
+  // The buffers really are the window: an all-reduce on one is the zero-copy operation.
+  auto rb = windowed.reduce_buffer(0, fits);
+  for (std::int64_t i = 0; i < fits * H; ++i) rb.ptr<float>()[i] = 1.0f;
+  auto req = windowed.all_reduce_async(rb);
+  EXPECT_NE(req->describe().find("registered window"), std::string::npos) << req->describe();
+  req->wait(Deadline::after(Millis(60000)));
+  EXPECT_EQ(rb.ptr<float>()[fits * H - 1], 2.0f);
+  int slot = 0;
+  for (std::int64_t T : {fits, fits + 5}) {
+    Batch batch;
+    batch.tokens = prompt(T, cfg.vocab_size, 3);
+    batch.seqs = {{slot++, 0, T}};
+    auto xa = kernels::Tensor::empty(kernels::DType::kF32, {T, H}), xb = kernels::Tensor::empty(kernels::DType::kF32, {T, H});
+    copying.run_stage(batch, xa);
+    windowed.run_stage(batch, xb);
+    EXPECT_EQ(std::memcmp(xa.ptr<float>(), xb.ptr<float>(), static_cast<std::size_t>(T * H) * sizeof(float)), 0)
+        << T << " rows";
+  }
 }

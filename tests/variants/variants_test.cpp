@@ -168,14 +168,19 @@ std::unique_ptr<transport::Group> make_tp_group(GroupKind kind) {
 // empty, with the same variant at t = 1). Returns the all-reduce count of the prefill.
 // `progress`: the background progress thread; `cooperative`: the kernels' progress hook tests
 // ladder's in-flight all-reduce from inside the next module's GEMMs.
+// `window`: the sharded model registers a window with its group (LoadOptions::window_bytes),
+// so on shm every partial sum is all-reduced in place.
 int check_variant(Variant v, const std::vector<std::vector<float>>& reference = {}, GroupKind kind = GroupKind::kMpi,
-                  bool progress = true, bool cooperative = false) {
+                  bool progress = true, bool cooperative = false, bool window = false) {
   auto cfg = test_config();
   auto reader = make_synthetic_reader(cfg, "F32", 33);
   kernels::Context ctx(1);
   auto tp = make_tp_group(kind);
   auto single = transport::make_single_group(world().rank());
-  LlamaModel sharded(*reader, cfg, *tp, ctx, load_options()), whole(*reader, cfg, *single, ctx, load_options());
+  LoadOptions lo = load_options();
+  if (window) lo.window_bytes = 1 << 20;
+  LlamaModel sharded(*reader, cfg, *tp, ctx, lo), whole(*reader, cfg, *single, ctx, load_options());
+  if (window) EXPECT_TRUE(sharded.window_fits(16)) << "the steps' batches must fit the window";
   VariantOptions opts;
   opts.progress.enabled = progress;
   opts.progress.cooperative = cooperative;
@@ -247,6 +252,22 @@ TEST(Variants, LadderWithCooperativeProgress) {
   EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kRingTcp, true, true), 2 * 4);
   EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kShm, false, true), 2 * 4);
   EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kMpi, false, true), 2 * 4);
+}
+
+// Every variant with the model's buffers in a registered window of the shm group: ladder's
+// two buffers alternate in flight (progress thread, and the kernels' hook), desync reduces
+// its accumulator, layer parallelism its summed pair.
+TEST(Variants, EveryVariantInARegisteredShmWindow) {
+  EXPECT_EQ(check_variant(Variant::kStandard, {}, GroupKind::kShm, true, false, true), 2 * 4);
+  EXPECT_EQ(check_variant(Variant::kParallel, {}, GroupKind::kShm, true, false, true), 4);
+  EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kShm, true, false, true), 2 * 4);
+  EXPECT_EQ(check_variant(Variant::kLadder, {}, GroupKind::kShm, false, true, true), 2 * 4);
+  auto cfg = test_config();
+  auto reader = make_synthetic_reader(cfg, "F32", 33);
+  EXPECT_EQ(check_variant(Variant::kDesync2, desync_reference(cfg, *reader, world().size(), 2), GroupKind::kShm, true,
+                          false, true),
+            4);
+  EXPECT_EQ(check_variant(Variant::kLayerParallel, {}, GroupKind::kShm, true, false, true), 4);
 }
 
 TEST(Variants, LayerParallelPaperPlacementOverShm) { EXPECT_EQ(check_variant(Variant::kLayerParallel, {}, GroupKind::kShm), 4); }

@@ -1,7 +1,9 @@
 // The MPI-backed Group (fallback and test reference) and the single-rank Group.
 #include <mpi.h>
 
+#include <cstddef>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "trellis/core/error.hpp"
@@ -135,9 +137,16 @@ class SingleGroup final : public Group {
   void broadcast(void*, std::size_t, int) override {}
   void all_gather(const void* in, void* out, std::size_t bytes) override { std::memcpy(out, in, bytes); }
   void barrier() override {}
+  // Private memory: with one member there is nobody to share with, and callers need no
+  // special case for t = 1.
+  std::span<std::byte> allocate_window(std::size_t bytes) override {
+    windows_.push_back(std::make_unique<std::byte[]>(bytes));  // value-initialised: zeroed
+    return {windows_.back().get(), bytes};
+  }
 
  private:
   std::vector<int> members_;
+  std::vector<std::unique_ptr<std::byte[]>> windows_;
 };
 
 }  // namespace

@@ -17,9 +17,10 @@
 namespace trellis::transport::detail {
 
 // dst[i] = srcs[0][i] + srcs[1][i] + ... (in that order), accumulated in f32; bf16 inputs and
-// output are bf16 bits, rounded once. dst may alias any source. When dst2 is given, the
-// result is written there too (the shm reduce-scatter publishes its chunk and keeps it in
-// one pass over the cache-resident accumulator); dst2 must not alias a source.
+// output are bf16 bits, rounded once. When dst2 is given, the result is written there too
+// (the shm reduce-scatter publishes its chunk and keeps it in one pass; the window all-reduce
+// writes both members' regions). dst and dst2 may each be one of the sources, at the same
+// index: every element is read from all sources before it is written.
 void sum_into(DType dtype, const void* const* srcs, int nsrc, void* dst, std::size_t count,
               void* dst2 = nullptr);
 

@@ -29,166 +29,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include "src/collectives/futex.hpp"
-#include "src/collectives/internal.hpp"
-#include "src/collectives/shm_segment.hpp"
+#include "src/collectives/shm_group.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/process.hpp"
 #include "trellis/transport/bootstrap.hpp"
 
-namespace trellis::transport {
+namespace trellis::transport::detail::shm {
 namespace {
-
-constexpr std::uint64_t kMagic = 0x7472656c6c697333ull;  // "trellis3": ring of K slots, futex word
-constexpr std::size_t kLine = 64;
-
-struct alignas(kLine) Flag {
-  std::atomic<std::uint64_t> value;
-};
-static_assert(sizeof(Flag) == kLine && std::atomic<std::uint64_t>::is_always_lock_free);
-
-struct alignas(kLine) Header {
-  std::uint64_t magic;
-  std::uint64_t size;
-  std::uint64_t slot_bytes;
-  std::uint64_t slots;
-  std::atomic<std::int64_t> failed;  // world rank + 1 of a member that gave up; 0: none
-  char reason[256];                  // its error, written before `failed`
-  // Each member's pid (group ranks below kPidMembers; 0: not attached), so a wait can tell
-  // a dead member, which never moves its flags again, from a slow one.
-  std::atomic<std::int64_t> pid[64];
-  // Members blocked (or about to block) in park(), and the futex word they block on. Own
-  // lines: `waiters` is read by every publish, `epoch` written only when someone waits.
-  alignas(kLine) std::atomic<std::uint32_t> waiters;
-  alignas(kLine) std::atomic<std::uint32_t> epoch;
-};
-constexpr int kPidMembers = 64;
-
-enum class FlagKind { kArrive = 0, kDone = 1, kFinished = 2 };
-constexpr std::size_t kFlagKinds = 3;
-
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
-std::size_t segment_bytes(std::size_t p, std::size_t slot, std::size_t slots) {
-  return sizeof(Header) + kFlagKinds * p * sizeof(Flag) + slots * p * slot;
-}
-
-enum class OpKind { kAllReduce, kBroadcast, kAllGather, kBarrier };
-
-class ShmOp;
-
-class ShmGroup final : public detail::AsyncGroup {
- public:
-  ShmGroup(std::unique_ptr<detail::ShmSegment> seg, std::vector<int> members, int rank, const GroupOptions& o)
-      : seg_(std::move(seg)), members_(std::move(members)), rank_(rank), opts_(o) {
-    header_ = reinterpret_cast<Header*>(seg_->base());
-    flags_ = reinterpret_cast<Flag*>(seg_->base() + sizeof(Header));
-    data_ = seg_->base() + sizeof(Header) + kFlagKinds * members_.size() * sizeof(Flag);
-    if (rank_ < kPidMembers) header_->pid[rank_].store(::getpid(), std::memory_order_release);
-  }
-  ~ShmGroup() override;
-
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(members_.size()); }
-  const std::vector<int>& members() const override { return members_; }
-  std::string describe() const override { return "shm"; }
-  Millis deadline() const override { return opts_.deadline; }
-  const PollPolicy& wait_policy() const override { return opts_.wait; }
-
-  RequestPtr all_reduce_async(void* data, std::size_t count, DType dtype) override;
-  RequestPtr broadcast_async(void* data, std::size_t bytes, int root) override;
-  RequestPtr all_gather_async(const void* in, void* out, std::size_t bytes) override;
-  void barrier() override;
-
-  // For ShmOp.
-  std::atomic<std::uint64_t>& flag(FlagKind k, int r) const {
-    return flags_[static_cast<std::size_t>(k) * members_.size() + static_cast<std::size_t>(r)].value;
-  }
-  std::uint64_t load(FlagKind k, int r) const { return flag(k, r).load(std::memory_order_acquire); }
-  void publish(FlagKind k, std::uint64_t seq) const {
-    flag(k, rank_).store(seq, std::memory_order_release);
-    // Pairs with the fence in park(): a waiter that did not see this store is seen here.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (header_->waiters.load(std::memory_order_relaxed) != 0) wake();
-  }
-  void wake() const {
-    header_->epoch.fetch_add(1, std::memory_order_seq_cst);
-    detail::futex_wake_shared(&header_->epoch);
-  }
-  // Blocks until a member publishes or fails, or `max` passed, unless `movable()` already
-  // holds after this rank announced itself (then the publish it sees came first).
-  template <typename Movable>
-  void park(Movable&& movable, Clock::duration max) {
-    header_->waiters.fetch_add(1, std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    const std::uint32_t epoch = header_->epoch.load(std::memory_order_seq_cst);
-    if (!movable() && header_->failed.load(std::memory_order_acquire) == 0)
-      detail::futex_wait_shared(&header_->epoch, epoch, max);
-    header_->waiters.fetch_sub(1, std::memory_order_seq_cst);
-    polls_ |= 255;  // the next check_peers reads the clock: a dead peer wakes nobody
-  }
-  bool all_at_least(FlagKind k, std::uint64_t seq) const {
-    for (int r = 0; r < size(); ++r)
-      if (load(k, r) < seq) return false;
-    return true;
-  }
-  std::byte* slot(std::uint64_t seq, int r) const {
-    return data_ + ((seq % opts_.shm_slots) * members_.size() + static_cast<std::size_t>(r)) * opts_.shm_slot_bytes;
-  }
-  std::size_t slot_bytes() const { return opts_.shm_slot_bytes; }
-  std::uint64_t slots() const { return opts_.shm_slots; }
-  std::size_t one_shot_max() const { return opts_.one_shot_max_bytes; }
-  bool parks() const { return opts_.shm_park; }
-  // Reserves `pieces` consecutive sequence numbers and returns the first.
-  std::uint64_t reserve(std::size_t pieces) {
-    std::uint64_t first = seq_ + 1;
-    seq_ += pieces;
-    return first;
-  }
-  void check_peers() const {
-    auto f = header_->failed.load(std::memory_order_acquire);
-    if (f != 0)
-      throw_error(ErrorCode::kPeerFailed, "shm group of world ranks {}: world rank {} gave up: {}",
-                  detail::list_ranks(members_), f - 1, std::string(header_->reason));
-    // Liveness every ~100 ms of waiting; the clock is read once per 256 calls because a
-    // clock read costs as much as a poll on this kind of VM.
-    if ((++polls_ & 255) != 0) return;
-    auto now = Clock::now();
-    if (now - last_liveness_ < std::chrono::milliseconds(100)) return;
-    last_liveness_ = now;
-    for (int r = 0; r < std::min(size(), kPidMembers); ++r) {
-      auto pid = header_->pid[r].load(std::memory_order_acquire);
-      if (r != rank_ && !process_alive(pid))
-        throw_error(ErrorCode::kPeerFailed, "{}: world rank {} (pid {}, same host) died", who(), members_[r], pid);
-    }
-  }
-  void mark_failed(const std::string& why) {
-    std::int64_t expected = 0;
-    // Only the first failure is recorded: it is the cause, the others are consequences.
-    if (header_->failed.load() != 0) return;
-    std::snprintf(header_->reason, sizeof(header_->reason), "%s", why.c_str());
-    header_->failed.compare_exchange_strong(expected, members_[rank_] + 1, std::memory_order_release);
-    wake();  // the peers blocked in park() must see it now, not after their slice
-  }
-  void begin(ShmOp* op);
-  void end(ShmOp* op) {
-    if (active_ == op) active_ = nullptr;
-  }
-  std::string who() const { return "shm group of world ranks " + detail::list_ranks(members_); }
-
- private:
-  std::unique_ptr<detail::ShmSegment> seg_;
-  std::vector<int> members_;
-  int rank_;
-  GroupOptions opts_;
-  Header* header_ = nullptr;
-  Flag* flags_ = nullptr;
-  std::byte* data_ = nullptr;
-  std::uint64_t seq_ = 0;
-  ShmOp* active_ = nullptr;
-  mutable std::uint64_t polls_ = 0;
-  mutable Clock::time_point last_liveness_ = Clock::now();
-};
 
 // One collective, as a pipeline of pieces (see the file comment for the phases and the rule).
 // filled_ >= reduced_ >= drained_ count the pieces that passed each phase on this rank.
@@ -287,10 +134,7 @@ class ShmOp final : public detail::SteppedRequest {
   std::vector<const void*> srcs_;  // one per member, for the sums
 };
 
-void ShmGroup::begin(ShmOp* op) {
-  if (active_ != nullptr) detail::wait_stepped(*active_, Deadline::after(opts_.deadline), opts_.wait);
-  active_ = op;
-}
+}  // namespace
 
 ShmGroup::~ShmGroup() {
   // An operation still in flight when the group goes is abandoned; its request (which must
@@ -444,7 +288,7 @@ std::string ShmOp::describe() const {
       std::sort(missing.begin(), missing.end());
       missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
       what += fmt::format(" (piece {} of {}), waiting for world rank(s) {}", drained_ + 1, pieces_,
-                          detail::list_ranks(missing));
+                          list_ranks(missing));
     }
   }
   return what;
@@ -459,6 +303,14 @@ RequestPtr kick(std::unique_ptr<ShmOp> op) {
 
 RequestPtr ShmGroup::all_reduce_async(void* data, std::size_t count, DType dtype) {
   if (count == 0 || size() == 1) return make_completed_request(count * dtype_size(dtype), "all-reduce over one rank");
+  // Data in a registered window goes zero-copy (shm_window.cpp), except small messages in
+  // groups of more than two: there the one-shot's single round of flags beats the window's
+  // two (4 ranks on 2 cores: 5.8 vs 8.3 us at 4 KiB, docs/benchmarks.md), while with two
+  // ranks the copies it saves win at every size.
+  std::size_t offset = 0;
+  const std::size_t bytes = count * dtype_size(dtype);
+  if (ShmWindow* w = find_window(data, bytes, offset); w != nullptr && (size() == 2 || bytes > one_shot_max()))
+    return window_all_reduce(*w, offset, count, dtype);
   return kick(std::make_unique<ShmOp>(*this, OpKind::kAllReduce, data, nullptr, count, dtype, 0));
 }
 
@@ -481,12 +333,18 @@ RequestPtr ShmGroup::all_gather_async(const void* in, void* out, std::size_t byt
 void ShmGroup::barrier() {
   if (size() == 1) return;
   ShmOp op(*this, OpKind::kBarrier, nullptr, nullptr, 0, DType::kF32, 0);
-  detail::wait_stepped(op, Deadline::after(opts_.deadline), opts_.wait);
+  wait_stepped(op, Deadline::after(opts_.deadline), opts_.wait);
 }
 
-std::atomic<std::uint64_t> g_segment_counter{0};
+}  // namespace trellis::transport::detail::shm
 
+namespace trellis::transport {
+namespace {
+std::atomic<std::uint64_t> g_segment_counter{0};
 }  // namespace
+
+using namespace detail;
+using namespace detail::shm;
 
 std::unique_ptr<Group> make_shm_group(Bootstrap& world, const std::vector<int>& members, const GroupOptions& options) {
   const int me = world.rank();
@@ -503,12 +361,12 @@ std::unique_ptr<Group> make_shm_group(Bootstrap& world, const std::vector<int>& 
   o.shm_slot_bytes = slot;
 
   // The leader creates the segment and publishes its name; the others map it by that name.
-  std::unique_ptr<detail::ShmSegment> seg;
+  std::unique_ptr<ShmSegment> seg;
   std::string error, name;
   if (my_index == 0) {
     name = fmt::format("/trellis-coll-{}-{}", getpid(), g_segment_counter++);
     try {
-      seg = detail::ShmSegment::create(name, bytes);
+      seg = ShmSegment::create(name, bytes);
       auto* h = new (seg->base()) Header{};
       h->magic = kMagic;
       h->size = members.size();
@@ -525,7 +383,7 @@ std::unique_ptr<Group> make_shm_group(Bootstrap& world, const std::vector<int>& 
       const std::string& leader_name = names[static_cast<std::size_t>(members.front())];
       if (leader_name.empty())
         throw_error(ErrorCode::kIo, "world rank {} could not create the shm segment", members.front());
-      seg = detail::ShmSegment::open(leader_name, bytes);
+      seg = ShmSegment::open(leader_name, bytes);
       auto* h = reinterpret_cast<Header*>(seg->base());
       if (h->magic != kMagic || h->size != members.size() || h->slot_bytes != slot || h->slots != o.shm_slots)
         throw_error(ErrorCode::kCorruptInput,
@@ -540,7 +398,7 @@ std::unique_ptr<Group> make_shm_group(Bootstrap& world, const std::vector<int>& 
   bool any_failed = world.any(!error.empty(), deadline);
   if (seg) seg->unlink();
   if (any_failed) {
-    if (!error.empty()) throw_error(ErrorCode::kIo, "shm group of world ranks {}: {}", detail::list_ranks(members), error);
+    if (!error.empty()) throw_error(ErrorCode::kIo, "shm group of world ranks {}: {}", list_ranks(members), error);
     throw_error(ErrorCode::kPeerFailed, "shm group creation failed on another rank (see its log)");
   }
   if (!member) return nullptr;

@@ -28,8 +28,10 @@ std::byte* map(int fd, std::size_t bytes, const std::string& name) {
 std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, std::size_t bytes) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) throw_error(ErrorCode::kIo, "cannot create shared-memory segment {}: {}", name, std::strerror(errno));
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int err = errno;
+  // posix_fallocate reserves the pages now: with ftruncate alone a full /dev/shm shows up
+  // later as SIGBUS on the first touch of a page, in whichever rank touches it.
+  int err = ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno : posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (err != 0) {
     close(fd);
     shm_unlink(name.c_str());
     throw_error(ErrorCode::kIo, "cannot size shared-memory segment {} to {} bytes: {} (is /dev/shm full?)", name,

@@ -13,7 +13,9 @@
 //    every member finished the piece K before, so pieces pipeline: a rank fills piece s+1
 //    while its peers still reduce piece s. This is the CPU analogue of vLLM's custom
 //    all-reduce: no copies through a transport, all ranks reducing in parallel. Broadcast,
-//    all-gather and barrier use the same slots and flags.
+//    all-gather and barrier use the same slots and flags. Data in a registered window
+//    (Group::allocate_window) is all-reduced in place instead: rank r sums chunk r of every
+//    member's window and writes it into all of them, no copy in or out.
 //  * "ring" — members on different hosts, one per host, connected by Links (UCX across
 //    hosts by default). Recursive doubling for small messages when the size is a power of
 //    two (log2 P steps), the bandwidth-optimal ring (reduce-scatter + all-gather,

@@ -45,6 +45,17 @@ class Group {
   // The asynchronous form: returns at once; `data` must stay untouched until the request
   // completes. Used by Ladder Residual to overlap the reduction with the next module.
   virtual RequestPtr all_reduce_async(void* data, std::size_t count, DType dtype) = 0;
+  // Memory the members reach directly ("registered" memory, like the IPC buffers of vLLM's
+  // custom all-reduce or NCCL's user buffer registration): this rank's `bytes` of a region
+  // shared by the group, zeroed, valid while the group lives. An all_reduce (or its async
+  // form) whose data lies inside it, at the same offset and count on every member, reads the
+  // peers' data in place and writes each chunk's sum straight into every member's window,
+  // instead of copying in and out through the group's own buffers: half the memory traffic.
+  // Collective: every member calls it with the same `bytes`, in the same order as its other
+  // operations. Groups without such memory (links, MPI) return an empty span; a group of
+  // one returns private memory. all_reduce works on any memory either way.
+  virtual std::span<std::byte> allocate_window(std::size_t /*bytes*/) { return {}; }
+
   // `bytes` bytes at `data` on group rank `root` are copied to every member.
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   // Each member contributes `bytes` bytes; `out` receives size()*bytes, in group order.

@@ -73,6 +73,12 @@ struct LoadOptions {
   int max_slots = 1;              // KV-cache slots (concurrent sequences)
   std::int64_t max_seq_len = 0;   // per slot; 0: min(max_position_embeddings, 4096)
   kernels::DType kv_dtype = kernels::DType::kF32;
+  // Bytes per rank of memory registered with the TP group (Group::allocate_window, setting
+  // comm.coll_shm_window) for the partial sums the TP all-reduce completes, split into two
+  // buffers (reduce_buffer). In a host the shm group then all-reduces them without copying
+  // in or out; forwards with more rows than a buffer holds, and groups without shared
+  // memory, use private scratch and the copying path. 0: none.
+  std::size_t window_bytes = 0;
 };
 
 // One sequence's share of a forward: n_tokens new tokens appended to `slot` at
@@ -134,6 +140,15 @@ class LlamaModel {
                          const kernels::TensorView& out);
   // out[T, H] = this rank's partial sum of down(swiglu(gate(n), up(n))), n = rms_norm(x).
   void mlp_partial(int layer, const kernels::TensorView& x, const kernels::TensorView& out);
+  // [rows, H] f32 for a partial sum that the TP all-reduce will complete: buffer `which`
+  // (0 or 1; both can be in use at once, e.g. one in flight while the next module writes the
+  // other) of the registered window when it holds `rows` rows, else private scratch. Valid
+  // until the next call with the same `which`.
+  kernels::TensorView reduce_buffer(int which, std::int64_t rows);
+  // Whether reduce_buffer can hand out window memory for `rows` rows, and the most rows it
+  // can (0: no window; the TP group has no shared memory or window_bytes was 0).
+  bool window_fits(std::int64_t rows) const { return rows > 0 && rows <= window_rows(); }
+  std::int64_t window_rows() const;
   // Completes a partial sum across the TP group (in place). No-op at t = 1.
   void all_reduce(const kernels::TensorView& partial);
   transport::RequestPtr all_reduce_async(const kernels::TensorView& partial);
@@ -177,6 +192,8 @@ class LlamaModel {
   kernels::KvCache kv_;
   std::vector<kernels::Tensor> scratch_;
   std::vector<std::int32_t> positions_;
+  std::span<std::byte> window_;        // registered with tp_ (LoadOptions::window_bytes)
+  std::size_t window_buffer_bytes_ = 0;  // each of the two reduce buffers in it
 };
 
 }  // namespace trellis::runtime

@@ -1,0 +1,217 @@
+// Registered windows of the shm group (Group::allocate_window) and the zero-copy all-reduce
+// on them.
+//
+// Every member's data already sits in a segment the others have mapped, so nobody copies
+// anything in or out. Once every member has arrived (its data is in its region), rank r sums
+// chunk r of every member's region, in rank order, and writes the sum into chunk r of every
+// region; once every member is done, every region holds the whole result. Per rank and byte
+// of a P = 2 all-reduce that is half the message read from each region and the reduced half
+// written into both: about half the memory traffic of the copying path (fill, reduce and
+// drain through the slot ring, shm_group.cpp), and no pieces to pipeline.
+//
+// Why it can work in place without a lock: during an operation rank r reads and writes only
+// chunk r of each region, chunks are disjoint whole cache lines (relative to the operation's
+// offset), and a member's region changes hands only at the two flags of its WindowLine:
+//   arrive = w  my data for operation w is in my region (release: the caller's writes and the
+//               descriptor come first); from now on the peers may read and overwrite their
+//               chunks of it
+//   done = w    I wrote chunk me of operation w into every region
+// A member returns from operation w when every member is done with it, so its caller may
+// rewrite the region then; nobody touches the region again before the member arrives at w + 1.
+// Sums are formed in the same order as on the copying path, so both give the same bits.
+#include <algorithm>
+#include <cstdio>
+
+#include "src/collectives/shm_group.hpp"
+
+namespace trellis::transport::detail::shm {
+namespace {
+
+class WindowOp final : public SteppedRequest {
+ public:
+  WindowOp(ShmGroup& g, ShmWindow& w, std::size_t offset, std::size_t count, DType dtype)
+      : g_(g), w_(w), offset_(offset), count_(count), dtype_(dtype), esize_(dtype_size(dtype)) {
+    srcs_.resize(static_cast<std::size_t>(g.size()));
+    g_.begin(this);  // the previous operation is complete: nobody reads my descriptor any more
+    seq_ = ++w_.seq;
+    WindowLine& mine = w_.lines[g_.rank()];
+    mine.offset = offset_;
+    mine.count = count_;
+    mine.dtype = static_cast<std::uint64_t>(dtype_);
+    g_.publish_word(mine.arrive, seq_);
+  }
+  ~WindowOp() override {
+    if (!complete_) g_.mark_failed(fmt::format("it abandoned {}", describe()));
+    g_.end(this);
+  }
+
+  bool test() override {
+    if (complete_) return true;
+    try {
+      if (!reduced_ && all_at_least(&WindowLine::arrive)) {
+        check_descriptors();
+        reduce();
+        reduced_ = true;
+        ++steps_;
+        g_.publish_word(w_.lines[g_.rank()].done, seq_);
+      }
+      if (reduced_ && all_at_least(&WindowLine::done)) {
+        complete_ = true;
+        g_.end(this);
+        return true;
+      }
+      g_.check_peers();
+      return false;
+    } catch (const Error& e) {
+      g_.mark_failed(e.what());
+      complete_ = true;  // failed: the peers have been told
+      g_.end(this);
+      throw;
+    }
+  }
+  std::size_t bytes() const override { return count_ * esize_; }
+  std::uint64_t steps_done() const override { return steps_; }
+  bool park(Clock::duration max) override {
+    if (complete_ || !g_.parks()) return false;
+    g_.park([this] { return !reduced_ ? all_at_least(&WindowLine::arrive) : all_at_least(&WindowLine::done); }, max);
+    return true;
+  }
+  std::string describe() const override {
+    std::string what =
+        fmt::format("all-reduce of {} elements in a registered window over {}", count_, g_.who());
+    if (complete_) return what;
+    auto flag = reduced_ ? &WindowLine::done : &WindowLine::arrive;
+    std::vector<int> missing;
+    for (int r = 0; r < g_.size(); ++r)
+      if ((w_.lines[r].*flag).load(std::memory_order_acquire) < seq_) missing.push_back(g_.members()[r]);
+    if (!missing.empty())
+      what += fmt::format(", waiting for world rank(s) {} to {} (a member that passed memory outside its window "
+                          "all-reduces through the group's slots instead and never arrives here)",
+                          list_ranks(missing), reduced_ ? "finish their chunks" : "arrive");
+    return what;
+  }
+
+ private:
+  bool all_at_least(std::atomic<std::uint64_t> WindowLine::*flag) const {
+    for (int r = 0; r < g_.size(); ++r)
+      if ((w_.lines[r].*flag).load(std::memory_order_acquire) < seq_) return false;
+    return true;
+  }
+  // Every member must have passed the same part of its window: a member at another offset
+  // or count would have us read and write memory it is not reducing.
+  void check_descriptors() const {
+    for (int r = 0; r < g_.size(); ++r) {
+      const WindowLine& l = w_.lines[r];
+      if (l.offset != offset_ || l.count != count_ || l.dtype != static_cast<std::uint64_t>(dtype_))
+        throw_error(ErrorCode::kInvalidArgument,
+                    "{}: world rank {} all-reduces {} elements ({}) at byte {} of its window, world rank {} {} "
+                    "({}) at byte {}: every member must pass the same part of its window",
+                    g_.who(), g_.members()[r], l.count, l.dtype == 0 ? "f32" : "bf16", l.offset,
+                    g_.members()[g_.rank()], count_, dtype_ == DType::kF32 ? "f32" : "bf16", offset_);
+    }
+  }
+  void reduce() {
+    const int n = g_.size(), me = g_.rank();
+    const std::size_t per = round_up((count_ + n - 1) / n, kLine / esize_);
+    const std::size_t lo = std::min(count_, per * static_cast<std::size_t>(me)), hi = std::min(count_, lo + per);
+    if (hi == lo) return;
+    const std::size_t at = offset_ + lo * esize_, len = hi - lo;
+    for (int r = 0; r < n; ++r) srcs_[static_cast<std::size_t>(r)] = w_.region(r) + at;
+    std::byte* own = w_.region(me) + at;
+    if (n == 2) {
+      // One pass writes both regions (sum_into allows dst and dst2 to be sources at the same index).
+      sum_into(dtype_, srcs_.data(), n, own, len, w_.region(1 - me) + at);
+      return;
+    }
+    sum_into(dtype_, srcs_.data(), n, own, len);
+    for (int r = 0; r < n; ++r)
+      if (r != me) std::memcpy(w_.region(r) + at, own, len * esize_);
+  }
+
+  ShmGroup& g_;
+  ShmWindow& w_;
+  std::size_t offset_, count_;
+  DType dtype_;
+  std::size_t esize_;
+  std::uint64_t seq_ = 0;
+  bool reduced_ = false, complete_ = false;
+  std::uint64_t steps_ = 0;
+  std::vector<const void*> srcs_;
+};
+
+}  // namespace
+
+ShmWindow* ShmGroup::find_window(const void* data, std::size_t bytes, std::size_t& offset) const {
+  const auto* p = static_cast<const std::byte*>(data);
+  for (const auto& w : windows_) {
+    const std::byte* base = w->region(rank_);
+    if (p >= base && p <= base + w->bytes && bytes <= static_cast<std::size_t>(base + w->bytes - p)) {
+      offset = static_cast<std::size_t>(p - base);
+      return w.get();
+    }
+  }
+  return nullptr;
+}
+
+RequestPtr ShmGroup::window_all_reduce(ShmWindow& w, std::size_t offset, std::size_t count, DType dtype) {
+  auto op = std::make_unique<WindowOp>(*this, w, offset, count, dtype);
+  op->test();  // the peers may already be there: reduce my chunk before the caller computes
+  return op;
+}
+
+// The leader creates the segment and broadcasts its name through the group itself, the
+// others map it, and an all-gather of one status byte tells everybody whether all of them
+// did (then the leader unlinks the name, as for the group's own segment).
+std::span<std::byte> ShmGroup::allocate_window(std::size_t bytes) {
+  if (bytes == 0) throw_error(ErrorCode::kInvalidArgument, "{}: a registered window needs at least one byte", who());
+  const std::size_t stride = round_up(bytes, kPage);
+  const std::size_t head = round_up(sizeof(WindowHeader) + members_.size() * sizeof(WindowLine), kPage);
+  const std::size_t total = head + members_.size() * stride;
+  char name[128] = {};  // empty: the leader could not create it
+  std::unique_ptr<ShmSegment> seg;
+  std::string error;
+  if (rank_ == 0) {
+    try {
+      seg = ShmSegment::create(fmt::format("{}-w{}", seg_->name(), windows_.size()), total);
+      new (seg->base()) WindowHeader{kWindowMagic, members_.size(), bytes, stride};
+      std::snprintf(name, sizeof(name), "%s", seg->name().c_str());
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  broadcast(name, sizeof(name), 0);
+  if (rank_ != 0) {
+    try {
+      if (name[0] == '\0') throw_error(ErrorCode::kPeerFailed, "world rank {} could not create it", members_[0]);
+      seg = ShmSegment::open(name, total);
+      const auto* h = reinterpret_cast<const WindowHeader*>(seg->base());
+      if (h->magic != kWindowMagic || h->size != members_.size() || h->bytes != bytes || h->stride != stride)
+        throw_error(ErrorCode::kInvalidArgument,
+                    "segment {} holds {} bytes per member for {} members, this rank asked for {}: every member "
+                    "must call allocate_window with the same size",
+                    name, h->bytes, h->size, bytes);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  const std::uint8_t failed = error.empty() ? 0 : 1;
+  std::vector<std::uint8_t> all(members_.size());
+  all_gather(&failed, all.data(), 1);
+  if (seg) seg->unlink();
+  if (!error.empty())
+    throw_error(ErrorCode::kIo, "{}: registering a window of {} bytes: {}", who(), bytes, error);
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (all[r] != 0)
+      throw_error(ErrorCode::kPeerFailed, "{}: world rank {} could not register the window of {} bytes (see its log)",
+                  who(), members_[r], bytes);
+  auto w = std::make_unique<ShmWindow>();
+  w->lines = reinterpret_cast<WindowLine*>(seg->base() + sizeof(WindowHeader));
+  w->regions = seg->base() + head;
+  w->bytes = bytes;
+  w->stride = stride;
+  w->seg = std::move(seg);
+  windows_.push_back(std::move(w));
+  return {windows_.back()->region(rank_), bytes};
+}
+
+}  // namespace trellis::transport::detail::shm
