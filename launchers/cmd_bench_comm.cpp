@@ -133,15 +133,19 @@ void run_allreduce(Session& s, const CommOptions& o, const comm::Budget& b, json
         if (s.is_root()) spdlog::warn("ring all-reduce over {} not measured: {}", to_string(opts.cross_host), e.what());
       }
     }
-    // The shm algorithm again, on a registered window (Group::allocate_window): the caller's
-    // data lives in memory the peers reach, so the all-reduce copies nothing in or out.
+    // The auto algorithm again, on a registered window (Group::allocate_window) where it has
+    // one: in a host the shm all-reduce then copies nothing in or out; a hierarchical group
+    // runs its in-host phase in place. Rings (one rank per host) have none: not measured.
     std::vector<std::span<std::byte>> windows;
-    if (distinct.size() == 1) {
-      opts.algorithm = tp::Algorithm::kShm;
+    {
+      opts.algorithm = tp::Algorithm::kAuto;
       auto g = tp::make_group(s.world(), members, opts, s.config, hosts);
-      windows.resize(groups.size());
-      windows.push_back(g ? g->allocate_window(kAllReduceSizes.back()) : std::span<std::byte>());
-      groups.emplace_back("shm window", std::move(g));
+      auto w = g ? g->allocate_window(kAllReduceSizes.back()) : std::span<std::byte>();
+      if (!s.world().any(g != nullptr && w.empty(), s.deadline())) {
+        windows.resize(groups.size());
+        windows.push_back(w);
+        groups.emplace_back("window", std::move(g));
+      }
     }
     groups.emplace_back("mpi", tp::make_mpi_group(s.world(), members, opts.deadline));
     groups.emplace_back("MPI_Allreduce", tp::make_mpi_peer_group(s.world(), members));
@@ -159,13 +163,15 @@ void run_allreduce(Session& s, const CommOptions& o, const comm::Budget& b, json
         series.name.resize(sp);
       }
       if (series.name == "mpi") series.note = "MPI_Iallreduce polled against the deadline (the fallback group)";
-      if (groups[gi].first == "shm window") series.note = "in a registered window (zero-copy)";
+      if (groups[gi].first == "window")
+        series.note = series.name == "shm" ? "in a registered window (zero-copy)"
+                                           : series.note + ", in its hosts' registered windows (in-host phase in place)";
       for (const auto& pt : series.points) ok = ok && pt.verified;
       if (s.is_root()) print_series(series, true);
       out.push_back(series_json(series, true));
     }
-    if (!o.no_peers && distinct.size() == 1) {
-      auto gloo = comm::run_gloo(s, o.script, o.python, p, kAllReduceSizes);
+    if (!o.no_peers) {
+      auto gloo = comm::run_gloo(s, o.script, o.python, p, kAllReduceSizes, distinct.size() > 1);
       if (s.is_root()) print_series(gloo, true);
       out.push_back(series_json(gloo, true));
     }

@@ -66,10 +66,11 @@ std::vector<StreamPoint> measure_stream(Session& s, transport::Backend backend, 
                                         std::size_t hidden, const Budget& b);
 
 // Peers. ucx_perftest: a server on rank 1, the client on rank 0 (tag_lat: one-way latency;
-// tag_bw: bandwidth). gloo: scripts/bench/gloo_allreduce.py on rank 0's host.
+// tag_bw: bandwidth). gloo: scripts/bench/gloo_allreduce.py: rank 0 spawns all `ranks` on its
+// host, or, `across_hosts`, world ranks 0..ranks-1 each run one beside themselves.
 Series run_ucx_perftest(Session& s, const std::vector<std::size_t>& lat_sizes, const std::vector<std::size_t>& bw_sizes);
 Series run_gloo(Session& s, const std::string& script, const std::string& python, int ranks,
-                const std::vector<std::size_t>& sizes);
+                const std::vector<std::size_t>& sizes, bool across_hosts);
 
 // "same host" -> "shm", otherwise "tcp" (this build sees no RDMA NIC; UCX would say so).
 std::string link_class_between(Session& s, int a, int b);

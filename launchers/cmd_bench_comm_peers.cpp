@@ -3,6 +3,8 @@
 // torch.distributed gloo (scripts/bench/gloo_allreduce.py under /usr/bin/python3).
 // While a peer runs, the other ranks wait in a bootstrap barrier, which sleeps between
 // polls once it has waited a while, so they leave the cores to the peer.
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -110,14 +112,29 @@ Series run_ucx_perftest(Session& s, const std::vector<std::size_t>& lat_sizes, c
 }
 
 Series run_gloo(Session& s, const std::string& script, const std::string& python, int ranks,
-                const std::vector<std::size_t>& sizes) {
-  Series series{"gloo", "shm", ranks, {}, ""};
-  if (s.rank() == 0) {
-    std::string list;
-    for (auto n : sizes) list += (list.empty() ? "" : ",") + std::to_string(n);
-    auto cmd = fmt::format("{} {} --ranks {} --sizes {}", python, script, ranks, list);
+                const std::vector<std::size_t>& sizes, bool across_hosts) {
+  Series series{"gloo", across_hosts ? "tcp" : "shm", ranks, {}, ""};
+  std::string list;
+  for (auto n : sizes) list += (list.empty() ? "" : ",") + std::to_string(n);
+  // Across hosts every world rank below `ranks` runs one gloo rank beside itself, in its own
+  // host, and rendezvous at rank 0's address; in a host rank 0 spawns them all.
+  std::string master;
+  if (across_hosts && s.rank() == 0) {
+    int st = 0;
+    auto ips = split(std::string(trim(run_command("hostname -I", st))), ' ');
+    master = fmt::format("{}:{}", ips.empty() ? "127.0.0.1" : ips[0], 29400 + getpid() % 500);
+  }
+  if (across_hosts) master = transport::allgather_strings(s.world(), master, s.deadline())[0];
+  if (s.rank() == 0 || (across_hosts && s.rank() < ranks)) {
+    auto cmd = fmt::format("timeout 300 {} {} --ranks {} --sizes {}", python, script, ranks, list);
+    if (across_hosts) cmd += fmt::format(" --rank {} --master {}", s.rank(), master);
     int st = 0;
     auto out = run_command(cmd, st);
+    if (s.rank() != 0) {
+      if (st != 0) spdlog::warn("gloo peer on rank {}: '{}' failed (status {}): {}", s.rank(), cmd, st, out.substr(0, 300));
+      s.world().barrier(long_wait());
+      return series;
+    }
     try {
       auto start = out.rfind("\n{");
       auto j = nlohmann::json::parse(out.substr(start == std::string::npos ? out.find('{') : start + 1));

@@ -265,8 +265,8 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
                      ? fmt::format("a registered window, all-reduced in place for forwards of up to {} tokens "
                                    "(comm.coll_shm_window)",
                                    model.window_rows())
-                     : std::string("private, copied through the group (no shared window: comm.coll_shm_window=0 "
-                                   "or a group across hosts)"));
+                     : std::string("private, copied through the group (no shared window: comm.coll_shm_window=0, "
+                                   "or a group with one rank per host)"));
   VariantOptions vo;  // lp loads the paper's per-layer shards from the same checkpoint
   vo.progress = transport::ProgressOptions::from_config(config);
   vo.reader = reader.get();

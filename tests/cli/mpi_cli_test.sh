@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The `trellis` command line under mpirun: the 4-rank ring job, info across ranks, and a
-# world size a command cannot use (one error from rank 0, non-zero exit, no hang).
+# The `trellis` command line under mpirun: the 4-rank ring job, bench comm's all-reduce, info
+# across ranks, and a world size a command cannot use (one error from rank 0, non-zero exit,
+# no hang).
 # Usage: mpi_cli_test.sh PATH/TO/trellis MPIEXEC [FLAGS...]
 set -u
 T="$1"; shift
@@ -11,6 +12,16 @@ run() { timeout 120 "${MPI[@]}" "$@"; }
 out=$(run -np 4 "$T" bench ring --max-size 64K --iters 20 2>&1); rc=$?
 if [ $rc = 0 ] && grep -q "ring of 4 ranks" <<<"$out" && [ "$(grep -c verified <<<"$out")" -ge 5 ]; then
   echo "ok   4-rank ring verified every size"; else echo "FAIL ring (rc=$rc)"; echo "$out" | tail -20; fails=$((fails+1)); fi
+
+# bench comm's all-reduce section (no external peers): every series verified, the shm group
+# measured on a registered window too, and the calibration file names it.
+cal=$(mktemp /tmp/trellis-cal-XXXXXX.json)
+out=$(run -np 2 "$T" --set bench.warmup=1 bench comm --sections allreduce --no-peers --iters 3 --calibration "$cal" 2>&1); rc=$?
+if [ $rc = 0 ] && ! grep -q FAILED <<<"$out" && grep -q "in a registered window (zero-copy)" <<<"$out" &&
+   grep -q '"note": *"in a registered window (zero-copy)"' <(python3 -m json.tool "$cal" 2>/dev/null); then
+  echo "ok   bench comm all-reduce: verified, window series, calibration"; else
+  echo "FAIL bench comm all-reduce (rc=$rc)"; echo "$out" | tail -30; fails=$((fails+1)); fi
+rm -f "$cal"
 
 out=$(run -np 4 "$T" info 2>&1); rc=$?
 if [ $rc = 0 ] && grep -q "ranks: 4 (under mpirun)" <<<"$out" && [ "$(grep -c '  rank ' <<<"$out")" = 4 ]; then

@@ -226,6 +226,29 @@ TEST(Window, MissingMemberIsNamedWithinDeadline) {
   world().barrier(soon());
 }
 
+// Across (emulated) hosts the hierarchical group hands out its host's shm window: the
+// in-host phase runs in place, the rest as for any memory; the sums stay exact.
+TEST(Window, HierarchicalGroupUsesItsHostsWindow) {
+  if (size() < 4) GTEST_SKIP() << "needs 2 emulated hosts with 2 ranks each";
+  Config config;
+  GroupOptions o;
+  o.algorithm = Algorithm::kHierarchical;
+  o.cross_host = Backend::kMpi;
+  std::vector<int> hosts(static_cast<std::size_t>(size()));
+  for (int r = 0; r < size(); ++r) hosts[static_cast<std::size_t>(r)] = r < size() / 2 ? 0 : 1;
+  auto g = make_group(world(), everyone(), o, config, hosts);
+  const std::size_t n = 100003;
+  auto w = g->allocate_window(n * 4);
+  ASSERT_EQ(w.size(), n * 4);
+  auto* p = reinterpret_cast<float*>(w.data());
+  for (int k = 0; k < 3; ++k) {
+    for (std::size_t i = 0; i < n; ++i) p[i] = int_value(i + static_cast<std::size_t>(k), rank());
+    g->all_reduce(p, n, DType::kF32);
+    for (std::size_t i = 0; i < n; i += 5) ASSERT_EQ(p[i], want_sum(i + static_cast<std::size_t>(k))) << k << " " << i;
+  }
+  g->barrier();
+}
+
 TEST(Window, GroupsWithoutSharedMemoryReturnNone) {
   Config config;
   GroupOptions o;

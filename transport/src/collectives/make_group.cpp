@@ -122,6 +122,9 @@ class HierGroup final : public AsyncGroup {
   }
   Millis deadline() const override { return deadline_; }
   const PollPolicy& wait_policy() const override { return local_->wait_policy(); }
+  // The host's shm group's window: the in-host phase of an f32 all-reduce on it runs in
+  // place; the ring between hosts and the broadcast back are as for any memory.
+  std::span<std::byte> allocate_window(std::size_t bytes) override { return local_->allocate_window(bytes); }
 
   RequestPtr all_reduce_async(void* data, std::size_t count, DType dtype) override {
     if (count == 0) return make_completed_request(0, "empty all-reduce");

@@ -52,8 +52,9 @@ class Group {
   // peers' data in place and writes each chunk's sum straight into every member's window,
   // instead of copying in and out through the group's own buffers: half the memory traffic.
   // Collective: every member calls it with the same `bytes`, in the same order as its other
-  // operations. Groups without such memory (links, MPI) return an empty span; a group of
-  // one returns private memory. all_reduce works on any memory either way.
+  // operations. A hierarchical group returns its host's shm window (the in-host phase runs in
+  // place). Groups without such memory (rings over links, MPI) return an empty span; a group
+  // of one returns private memory. all_reduce works on any memory either way.
   virtual std::span<std::byte> allocate_window(std::size_t /*bytes*/) { return {}; }
 
   // `bytes` bytes at `data` on group rank `root` are copied to every member.
