@@ -55,9 +55,10 @@ constexpr std::array kSettings = {
                 "until a peer publishes (false: keeps yielding, then sleeping, as other waits do)",
                 ""},
     SettingSpec{"comm.coll_shm_window", T::kSize, "64MiB",
-                "Bytes per rank of shared memory each model registers with its TP group for the partial sums "
-                "the TP all-reduce completes (two buffers); in a host the all-reduce then copies nothing in or "
-                "out. Larger forwards fall back to the copying path; 0: never register",
+                "Most bytes per rank of shared memory a model registers with its TP group for the partial sums "
+                "the TP all-reduce completes (two buffers; trellis run asks for two of its largest forward, "
+                "run.max_iteration_tokens rows); in a host the all-reduce then copies nothing in or out. "
+                "Larger forwards take the copying path; 0: never register",
                 "TRELLIS_COLL_SHM_WINDOW"},
     SettingSpec{"comm.coll_doubling_max", T::kSize, "64KiB",
                 "ring all-reduce: recursive doubling up to this size (power-of-two groups), ring above", ""},

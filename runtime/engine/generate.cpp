@@ -253,7 +253,10 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   lo.last_layer = lo.first_layer + layers[static_cast<std::size_t>(stage)];
   lo.max_slots = o.pp * sc.max_seqs_per_group;
   lo.max_seq_len = sc.max_context;
-  lo.window_bytes = config.get_size("comm.coll_shm_window");
+  // Two buffers of the largest forward (max_iteration_tokens rows), at most the setting.
+  lo.window_bytes = std::min<std::size_t>(config.get_size("comm.coll_shm_window"),
+                                          2 * static_cast<std::size_t>(sc.max_iteration_tokens) *
+                                              static_cast<std::size_t>(cfg.hidden_size) * sizeof(float));
   // native keeps GGUF Q4_1/Q8_0 blocks quantised (llama.cpp's arithmetic, faster); the default
   // dequant is the one whose tokens are identical across layouts.
   lo.weights_format = parse_weights_format(config.get_string("model.weights_format"), "model.weights_format");

@@ -52,7 +52,12 @@ LlamaModel::LlamaModel(const CheckpointReader& reader, const ModelConfig& cfg, t
   scratch_.resize(kScratchCount);
   // Collective over the TP group: every member constructs its model with the same options.
   if (tp_.size() > 1 && opt.window_bytes >= 2 * 64) {
-    window_ = tp_.allocate_window(opt.window_bytes);
+    try {
+      window_ = tp_.allocate_window(opt.window_bytes);
+    } catch (const Error& e) {
+      throw_error(e.code(), "{} (the TP all-reduce buffers; a smaller comm.coll_shm_window, or 0, needs less shared "
+                  "memory)", e.what());
+    }
     window_buffer_bytes_ = window_.size() / 2 / 64 * 64;  // two buffers, cache-line aligned
   }
 }
