@@ -39,10 +39,10 @@ namespace {
 
 // One collective, as a pipeline of pieces (see the file comment for the phases and the rule).
 // filled_ >= reduced_ >= drained_ count the pieces that passed each phase on this rank.
-class ShmOp final : public detail::SteppedRequest {
+class ShmOp final : public ShmRequest {
  public:
   ShmOp(ShmGroup& g, OpKind kind, void* data, const void* in, std::size_t total, DType dtype, int root)
-      : g_(g), kind_(kind), data_(static_cast<std::byte*>(data)), in_(static_cast<const std::byte*>(in)),
+      : ShmRequest(g), kind_(kind), data_(static_cast<std::byte*>(data)), in_(static_cast<const std::byte*>(in)),
         total_(total), dtype_(dtype), root_(root) {
     esize_ = kind == OpKind::kAllReduce ? dtype_size(dtype) : 1;
     per_piece_ = g.slot_bytes() / esize_;
@@ -51,39 +51,10 @@ class ShmOp final : public detail::SteppedRequest {
     g_.begin(this);
     first_ = g_.reserve(pieces_);
   }
-  ~ShmOp() override {
-    if (!complete_) g_.mark_failed(fmt::format("it abandoned {}", describe()));
-    g_.end(this);
-  }
+  ~ShmOp() override { abandon(); }
 
-  bool test() override {
-    if (complete_) return true;
-    try {
-      while (advance()) {
-        ++steps_;
-        if (drained_ == pieces_) {
-          complete_ = true;
-          g_.end(this);
-          return true;
-        }
-      }
-      g_.check_peers();
-      return false;
-    } catch (const Error& e) {
-      g_.mark_failed(e.what());
-      complete_ = true;  // failed: the peers have been told; nothing left to abandon
-      g_.end(this);
-      throw;
-    }
-  }
   std::size_t bytes() const override { return total_ * esize_; }
   std::string describe() const override;
-  std::uint64_t steps_done() const override { return steps_; }
-  bool park(Clock::duration max) override {
-    if (complete_ || !g_.parks()) return false;
-    g_.park([this] { return movable(); }, max);
-    return true;
-  }
 
  private:
   struct Piece {
@@ -107,8 +78,9 @@ class ShmOp final : public detail::SteppedRequest {
   }
   std::byte* user(const Piece& p, std::size_t at) const { return data_ + (p.off + at) * esize_; }
 
-  bool advance();  // one phase of one piece; false when nothing can move now
-  bool movable() const;  // whether advance() would move
+  bool step() override;  // one phase of one piece; false when nothing can move now
+  bool finished() const override { return drained_ == pieces_; }
+  bool movable() const override;  // whether step() would move
   bool fill_ready(const Piece& p) const {
     return p.seq <= g_.slots() || g_.all_at_least(FlagKind::kFinished, p.seq - g_.slots());
   }
@@ -119,7 +91,6 @@ class ShmOp final : public detail::SteppedRequest {
   void drain(const Piece& p);
   std::vector<int> waiting_for() const;
 
-  ShmGroup& g_;
   OpKind kind_;
   std::byte* data_;
   const std::byte* in_;
@@ -129,8 +100,6 @@ class ShmOp final : public detail::SteppedRequest {
   std::size_t esize_, per_piece_, pieces_;
   std::uint64_t first_ = 0;
   std::size_t filled_ = 0, reduced_ = 0, drained_ = 0;
-  bool complete_ = false;
-  std::uint64_t steps_ = 0;
   std::vector<const void*> srcs_;  // one per member, for the sums
 };
 
@@ -144,7 +113,7 @@ ShmGroup::~ShmGroup() {
 
 // What the peers wait for comes first: my reduced chunk, then my arrival; my own drain only
 // when neither can move (it also frees the slot ring for the fills K pieces ahead).
-bool ShmOp::advance() {
+bool ShmOp::step() {
   if (reduced_ < filled_) {
     Piece p = piece(reduced_);
     if (reduce_ready(p)) {
@@ -282,7 +251,7 @@ std::string ShmOp::describe() const {
     case OpKind::kBarrier: what = "barrier"; break;
   }
   what += " over " + g_.who();
-  if (!complete_) {
+  if (!complete()) {
     auto missing = waiting_for();
     if (!missing.empty()) {
       std::sort(missing.begin(), missing.end());

@@ -214,4 +214,60 @@ class ShmGroup final : public AsyncGroup {
   mutable Clock::time_point last_liveness_ = Clock::now();
 };
 
+// The life cycle every shm operation shares (the copying pipeline and the window
+// all-reduce): test() makes steps until none can move or the operation finished, and checks
+// the peers while idle; a failure marks the segment so that the peers fail at once, naming
+// this rank; an operation destroyed unfinished marks it too (abandon(), which each derived
+// destructor calls: describe() is virtual).
+class ShmRequest : public SteppedRequest {
+ public:
+  explicit ShmRequest(ShmGroup& g) : g_(g) {}
+
+  bool test() final {
+    if (complete_) return true;
+    try {
+      while (step()) {
+        ++steps_;
+        if (finished()) {
+          complete_ = true;
+          g_.end(this);
+          return true;
+        }
+      }
+      g_.check_peers();
+      return false;
+    } catch (const Error& e) {
+      g_.mark_failed(e.what());
+      complete_ = true;  // failed: the peers have been told; nothing left to abandon
+      g_.end(this);
+      throw;
+    }
+  }
+  std::uint64_t steps_done() const final { return steps_; }
+  bool park(Clock::duration max) final {
+    if (complete_ || !g_.parks()) return false;
+    g_.park([this] { return movable(); }, max);
+    return true;
+  }
+
+ protected:
+  // One step (a phase of a piece); false when nothing can move now.
+  virtual bool step() = 0;
+  // Whether the steps so far finished the operation.
+  virtual bool finished() const = 0;
+  // Whether step() would move now (the park condition).
+  virtual bool movable() const = 0;
+  void abandon() {
+    if (!complete_) g_.mark_failed(fmt::format("it abandoned {}", describe()));
+    g_.end(this);
+  }
+  bool complete() const { return complete_; }
+
+  ShmGroup& g_;
+
+ private:
+  bool complete_ = false;
+  std::uint64_t steps_ = 0;
+};
+
 }  // namespace trellis::transport::detail::shm

@@ -27,10 +27,10 @@
 namespace trellis::transport::detail::shm {
 namespace {
 
-class WindowOp final : public SteppedRequest {
+class WindowOp final : public ShmRequest {
  public:
   WindowOp(ShmGroup& g, ShmWindow& w, std::size_t offset, std::size_t count, DType dtype)
-      : g_(g), w_(w), offset_(offset), count_(count), dtype_(dtype), esize_(dtype_size(dtype)) {
+      : ShmRequest(g), w_(w), offset_(offset), count_(count), dtype_(dtype), esize_(dtype_size(dtype)) {
     srcs_.resize(static_cast<std::size_t>(g.size()));
     g_.begin(this);  // the previous operation is complete: nobody reads my descriptor any more
     seq_ = ++w_.seq;
@@ -40,46 +40,13 @@ class WindowOp final : public SteppedRequest {
     mine.dtype = static_cast<std::uint64_t>(dtype_);
     g_.publish_word(mine.arrive, seq_);
   }
-  ~WindowOp() override {
-    if (!complete_) g_.mark_failed(fmt::format("it abandoned {}", describe()));
-    g_.end(this);
-  }
+  ~WindowOp() override { abandon(); }
 
-  bool test() override {
-    if (complete_) return true;
-    try {
-      if (!reduced_ && all_at_least(&WindowLine::arrive)) {
-        check_descriptors();
-        reduce();
-        reduced_ = true;
-        ++steps_;
-        g_.publish_word(w_.lines[g_.rank()].done, seq_);
-      }
-      if (reduced_ && all_at_least(&WindowLine::done)) {
-        complete_ = true;
-        g_.end(this);
-        return true;
-      }
-      g_.check_peers();
-      return false;
-    } catch (const Error& e) {
-      g_.mark_failed(e.what());
-      complete_ = true;  // failed: the peers have been told
-      g_.end(this);
-      throw;
-    }
-  }
   std::size_t bytes() const override { return count_ * esize_; }
-  std::uint64_t steps_done() const override { return steps_; }
-  bool park(Clock::duration max) override {
-    if (complete_ || !g_.parks()) return false;
-    g_.park([this] { return !reduced_ ? all_at_least(&WindowLine::arrive) : all_at_least(&WindowLine::done); }, max);
-    return true;
-  }
   std::string describe() const override {
     std::string what =
         fmt::format("all-reduce of {} elements in a registered window over {}", count_, g_.who());
-    if (complete_) return what;
+    if (complete()) return what;
     auto flag = reduced_ ? &WindowLine::done : &WindowLine::arrive;
     std::vector<int> missing;
     for (int r = 0; r < g_.size(); ++r)
@@ -92,6 +59,25 @@ class WindowOp final : public SteppedRequest {
   }
 
  private:
+  // Two steps: reduce my chunk once everybody arrived, then finish once everybody is done.
+  bool step() override {
+    if (!reduced_ && all_at_least(&WindowLine::arrive)) {
+      check_descriptors();
+      reduce();
+      reduced_ = true;
+      g_.publish_word(w_.lines[g_.rank()].done, seq_);
+      return true;
+    }
+    if (reduced_ && !done_ && all_at_least(&WindowLine::done)) {
+      done_ = true;
+      return true;
+    }
+    return false;
+  }
+  bool finished() const override { return done_; }
+  bool movable() const override {
+    return !reduced_ ? all_at_least(&WindowLine::arrive) : !done_ && all_at_least(&WindowLine::done);
+  }
   bool all_at_least(std::atomic<std::uint64_t> WindowLine::*flag) const {
     for (int r = 0; r < g_.size(); ++r)
       if ((w_.lines[r].*flag).load(std::memory_order_acquire) < seq_) return false;
@@ -128,14 +114,12 @@ class WindowOp final : public SteppedRequest {
       if (r != me) std::memcpy(w_.region(r) + at, own, len * esize_);
   }
 
-  ShmGroup& g_;
   ShmWindow& w_;
   std::size_t offset_, count_;
   DType dtype_;
   std::size_t esize_;
   std::uint64_t seq_ = 0;
-  bool reduced_ = false, complete_ = false;
-  std::uint64_t steps_ = 0;
+  bool reduced_ = false, done_ = false;
   std::vector<const void*> srcs_;
 };
 
