@@ -268,8 +268,10 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
                      ? fmt::format("a registered window, all-reduced in place for forwards of up to {} tokens "
                                    "(comm.coll_shm_window)",
                                    model.window_rows())
-                     : std::string("private, copied through the group (no shared window: comm.coll_shm_window=0, "
-                                   "or a group with one rank per host)"));
+                     : lo.window_bytes == 0
+                         ? std::string("private, copied through the group (comm.coll_shm_window=0)")
+                         : fmt::format("private, copied through the group ({} has no shared memory to register)",
+                                       tp_group->describe()));
   VariantOptions vo;  // lp loads the paper's per-layer shards from the same checkpoint
   vo.progress = transport::ProgressOptions::from_config(config);
   vo.reader = reader.get();
