@@ -86,9 +86,10 @@ class Transport {
 // every rank calls it with the same backend, each with its own peer list (symmetric: if A
 // lists B, B lists A). Addresses travel through the bootstrap; waits are bounded by the
 // settings comm.connect_timeout_ms and comm.deadline_ms from `config`.
-// Backend-specific settings: comm.shm.ring_bytes, comm.tcp.address, comm.tcp.max_frame,
-// comm.ucx.* (see transport/README.md). Throws kUnsupported for a backend not built here
-// (nccl without CUDA) or not usable with this world (mpi without an MPI bootstrap).
+// Backend-specific settings: comm.shm.ring_bytes, comm.tcp.address, comm.tcp.max_frame
+// (see transport/README.md); UCX reads its own UCX_* environment variables. Throws
+// kUnsupported for a backend not built here (nccl without CUDA) or not usable with this
+// world (mpi without an MPI bootstrap).
 // The Transport must outlive every Request it handed out. Threading: one thread at a
 // time per Transport (its links and requests included).
 // The poll policy of blocking waits from the settings comm.wait_spins, comm.wait_yields and
