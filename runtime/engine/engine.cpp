@@ -10,6 +10,7 @@
 #include "engine_internal.hpp"
 #include "trellis/core/process.hpp"
 #include "trellis/runtime/engine/token_safe.hpp"
+#include "trellis/runtime/trace/metrics.hpp"
 #include "trellis/transport/stream.hpp"
 
 namespace trellis::runtime {
@@ -121,6 +122,21 @@ class Engine {
   // the failing peer, end the job first instead of a message that blames rank 0.
   Deadline upstream_deadline() const { return Deadline::after(opt_.deadline * 2); }
   bool take_schedule(ScheduleOutput& out, Lane lane);
+  // Serving: a server may idle for hours, so a wait for upstream work that times out is
+  // retried while the scheduler's heartbeats (read by take_schedule) keep arriving; a
+  // scheduler silent for twice the deadline still fails the wait.
+  template <typename F>
+  auto upstream_wait(F f) {
+    for (;;) {
+      try {
+        return f();
+      } catch (const Error& e) {
+        const auto silent = std::chrono::nanoseconds(now_ns() - last_heard_ns_.load());
+        if (!opt_.serving || e.code() != ErrorCode::kTimeout || failed_.failed || silent > opt_.deadline * 2) throw;
+      }
+    }
+  }
+  std::vector<StageShare> live_shares(const TokensMsg* got);
   void cpu_executor();
   void forward_executor();
   void last_stage_output(const StageInput& in, const float* x, std::int64_t it);
@@ -162,7 +178,7 @@ class Engine {
   Queue<std::int32_t> rows_ahead_;           // batch sizes read but not yet posted (stage > 0)
   Queue<ScheduleOutput> sampler_q_;          // scheduling outputs for the sampler thread
   Queue<std::vector<float>> local_logits_q_; // this rank's logits shard for the sampler thread
-  Queue<std::pair<std::int64_t, std::vector<std::int32_t>>> tokens_q_;  // sampler -> scheduler (same rank)
+  Queue<TokensMsg> tokens_q_;  // sampler -> scheduler (same rank)
   std::unique_ptr<transport::StageReceiver> receiver_;
   std::unique_ptr<transport::StageSender> sender_;
   std::unique_ptr<SamplerStage> inline_sampler_;
@@ -173,6 +189,9 @@ class Engine {
   std::mutex token_send_mu_;
   std::deque<std::pair<std::vector<std::byte>, transport::RequestPtr>> token_sends_;
   EngineResult result_;
+  std::atomic<std::int64_t> last_heard_ns_{now_ns()};
+  double engine_start_s_ = now_seconds();
+  std::vector<StageShare> last_shares_;
 };
 
 bool Engine::take_schedule(ScheduleOutput& out, Lane lane) {
@@ -182,11 +201,13 @@ bool Engine::take_schedule(ScheduleOutput& out, Lane lane) {
   }
   auto accept = [&] {
     auto s = deserialize_schedule(msg_, ring_in_->name().c_str());
+    last_heard_ns_ = now_ns();
+    if (s.idle()) return;  // a server's heartbeat: nothing to run
     if (stage_idx_ > 0 && !s.stop()) rows_ahead_.push(s.n_tokens());
     if (rank_ == sampler_rank_ && opt_.cpu_sampler) sampler_q_.push(s);
     lookahead_.push_back(std::move(s));
   };
-  if (lookahead_.empty()) {
+  while (lookahead_.empty()) {
     Tracer::Span span(trace_, lane, TraceCat::kWait, "wait schedule");
     bool got;
     try {
@@ -205,6 +226,7 @@ bool Engine::take_schedule(ScheduleOutput& out, Lane lane) {
   // Everything already dispatched is read now, so the forward executor can post receives
   // for those iterations ahead of time (structure-aware transmission needs only the size).
   while (!lookahead_.back().stop() && ring_in_->try_read(msg_)) accept();
+  // (an idle message read here leaves lookahead_ as it was)
   out = std::move(lookahead_.front());
   lookahead_.pop_front();
   return !out.stop();
@@ -239,13 +261,23 @@ void Engine::post_ahead() {
 }
 
 void Engine::send_tokens(std::int64_t iteration, const std::vector<std::int32_t>& tokens) {
+  TokensMsg m;
+  m.iteration = iteration;
+  m.tokens = tokens;
+  if (opt_.serving) {  // the last stage's shares, for the server's /metrics
+    const double wall = std::max(1e-9, now_seconds() - engine_start_s_);
+    auto sh = rank_shares(trace_, wall);
+    m.has_shares = true;
+    m.busy = sh.busy_s / wall;
+    m.comm = sh.comm_s / wall;
+    m.wait = sh.wait_s / wall;
+  }
   if (rank_ == 0) {
-    tokens_q_.push({iteration, tokens});
+    tokens_q_.push(std::move(m));
     return;
   }
-  std::vector<std::byte> msg(8 + 4 * tokens.size());
-  std::memcpy(msg.data(), &iteration, 8);
-  if (!tokens.empty()) std::memcpy(msg.data() + 8, tokens.data(), 4 * tokens.size());
+  std::vector<std::byte> msg;
+  pack_tokens(m, msg);
   std::lock_guard lock(token_send_mu_);
   while (!token_sends_.empty() && token_sends_.front().second->test()) token_sends_.pop_front();
   token_sends_.emplace_back(std::move(msg), nullptr);
@@ -296,7 +328,7 @@ void Engine::forward_executor() {
     const StageInput* in = nullptr;
     if (opt_.tsem) {
       Tracer::Span span(trace_, Lane::kForward, TraceCat::kWait, "wait input");
-      in = tsem_.forward_acquire(local_deadline());
+      in = upstream_wait([&] { return tsem_.forward_acquire(local_deadline()); });
       if (!in) break;
     } else {
       if (!take_schedule(s, Lane::kForward)) break;
@@ -356,7 +388,9 @@ void Engine::sampler_thread() {
     ScheduleOutput s;
     {
       Tracer::Span span(trace_, Lane::kSampler, TraceCat::kWait, "wait schedule");
-      s = sampler_q_.pop(local_deadline(), failed_, fmt::format("sampler on rank {}: next scheduling output", rank_));
+      s = upstream_wait([&] {
+        return sampler_q_.pop(local_deadline(), failed_, fmt::format("sampler on rank {}: next scheduling output", rank_));
+      });
     }
     if (s.stop()) return;
     prepare_input(s, in);
@@ -398,75 +432,51 @@ void Engine::publish(const ScheduleOutput& s, std::vector<transport::RequestPtr>
   }
 }
 
+std::vector<StageShare> Engine::live_shares(const TokensMsg* got) {
+  const double wall = std::max(1e-9, now_seconds() - engine_start_s_);
+  auto own = rank_shares(trace_, wall);
+  if (last_shares_.empty()) {
+    last_shares_.push_back({0, 0, 0, 0});
+    if (grid_.pp > 1) last_shares_.push_back({grid_.pp - 1, 0, 0, 0});
+  }
+  last_shares_[0] = {0, own.busy_s / wall, own.comm_s / wall, own.wait_s / wall};
+  if (got && got->has_shares && grid_.pp > 1) last_shares_[1] = {grid_.pp - 1, got->busy, got->comm, got->wait};
+  return last_shares_;
+}
+
 void Engine::scheduler_thread() {
-  const double start = now_seconds();
-  Scheduler sched(opt_.scheduler, requests_);
-  std::deque<ScheduleOutput> inflight;
   std::vector<transport::RequestPtr> pending;
   std::vector<std::vector<std::byte>> bufs;
-  std::vector<bool> busy(static_cast<std::size_t>(grid_.pp), false);
-  auto log_notes = [&] {
-    for (auto& n : sched.take_notes()) {
-      spdlog::info("{}", n);
-      result_.notes.push_back(std::move(n));
-    }
+  std::vector<std::byte> tok_buf(max_tokens_msg(opt_.scheduler.max_seqs_per_group));
+  SchedulerIO io;
+  io.publish = [&](const ScheduleOutput& s) { publish(s, pending, bufs); };
+  io.note = [&](std::string n) {
+    spdlog::info("{}", n);
+    result_.notes.push_back(std::move(n));
   };
-  auto dispatch_idle = [&] {
-    for (int g = 0; g < grid_.pp; ++g) {
-      if (busy[static_cast<std::size_t>(g)]) continue;
-      if (auto s = sched.schedule(g, now_seconds())) {
-        publish(*s, pending, bufs);
-        busy[static_cast<std::size_t>(g)] = true;
-        inflight.push_back(std::move(*s));
-      }
-    }
-    log_notes();
+  io.receive = [&](const ScheduleOutput& s) {
+    Tracer::Span span(trace_, Lane::kScheduler, TraceCat::kWait, "recv tokens", static_cast<std::int64_t>(s.iteration),
+                      sampler_rank_);
+    auto what = fmt::format("scheduler on rank 0: tokens of iteration {} from the sampler on rank {} (stage {})",
+                            s.iteration, sampler_rank_, grid_.pp - 1);
+    if (sampler_rank_ == 0) return tokens_q_.pop(local_deadline(), failed_, what);
+    auto req = links_.link(sampler_rank_).irecv(tok_buf, kTagTokens);
+    wait_request(*req, deadline(), failed_, what);
+    return unpack_tokens(std::span(tok_buf).first(req->bytes()), sampler_rank_);
   };
-  const std::size_t max_msg = 8 + 4 * static_cast<std::size_t>(opt_.scheduler.max_seqs_per_group);
-  std::vector<std::byte> tok_buf(max_msg);
-  dispatch_idle();
-  while (!inflight.empty()) {
-    if (opt_.stop && opt_.stop->load() && !sched.cancelled()) {
-      spdlog::warn("interrupted: finishing the {} iterations in flight, then stopping every rank", inflight.size());
-      sched.cancel("interrupted before it finished", now_seconds());
-      result_.interrupted = true;
-    }
-    auto& s = inflight.front();
-    std::pair<std::int64_t, std::vector<std::int32_t>> got;
-    {
-      Tracer::Span span(trace_, Lane::kScheduler, TraceCat::kWait, "recv tokens", static_cast<std::int64_t>(s.iteration),
-                        sampler_rank_);
-      auto what = fmt::format("scheduler on rank 0: tokens of iteration {} from the sampler on rank {} (stage {})",
-                              s.iteration, sampler_rank_, grid_.pp - 1);
-      if (sampler_rank_ == 0) {
-        got = tokens_q_.pop(local_deadline(), failed_, what);
-      } else {
-        auto req = links_.link(sampler_rank_).irecv(tok_buf, kTagTokens);
-        wait_request(*req, deadline(), failed_, what);
-        std::memcpy(&got.first, tok_buf.data(), 8);
-        got.second.resize((req->bytes() - 8) / 4);
-        std::memcpy(got.second.data(), tok_buf.data() + 8, req->bytes() - 8);
-      }
-    }
-    if (got.first != static_cast<std::int64_t>(s.iteration))
-      throw_error(ErrorCode::kCorruptInput, "scheduler: tokens for iteration {} arrived while {} was expected", got.first,
-                  s.iteration);
-    sched.complete(s, got.second, now_seconds());
-    busy[static_cast<std::size_t>(s.group)] = false;
-    inflight.pop_front();
-    dispatch_idle();
-  }
-  if (!sched.done()) throw_error(ErrorCode::kInternal, "scheduler: nothing in flight but requests remain");
+  io.shares = [&](const TokensMsg* got) { return live_shares(got); };
+  SchedulerRun run = opt_.live ? run_live_scheduler(opt_, *opt_.live, io) : run_batch_scheduler(opt_, requests_, io);
   ScheduleOutput stop;
   stop.flags = ScheduleOutput::kStop;
-  stop.iteration = sched.iterations_scheduled();
+  stop.iteration = run.iterations;
   publish(stop, pending, bufs);
   ring_out_->close();
   for (auto& r : pending) wait_request(*r, deadline(), failed_, "scheduler: stop message to a relay");
-  result_.results = sched.results();
-  result_.iterations = sched.iterations_scheduled();
-  result_.start_s = start;
-  result_.wall_s = now_seconds() - start;
+  result_.results = std::move(run.results);
+  result_.iterations = run.iterations;
+  result_.interrupted = run.interrupted;
+  result_.start_s = run.start_s;
+  result_.wall_s = run.wall_s;
 }
 
 void Engine::relay_thread() {
@@ -553,6 +563,7 @@ EngineResult Engine::run() {
   } catch (const std::exception& e) {
     // The ranks reading this host's ring would otherwise only see it close early.
     if (ring_out_) ring_out_->fail(fmt::format("rank {}: {}", rank_, e.what()));
+    if (opt_.live) opt_.live->set_failed(e.what());  // the server answers 503 naming it
     throw;
   }
   if (rank_ == 0 || relay) ring_out_->wait_drained(deadline());

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include "locked_transport.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/runtime/engine/engine.hpp"
+#include "trellis/runtime/engine/live.hpp"
 #include "trellis/runtime/ipc/shm_ring.hpp"
 #include "trellis/runtime/sampling/sampler.hpp"
 
@@ -87,6 +89,38 @@ class Queue {
   std::condition_variable cv_;
   std::deque<T> q_;
 };
+
+// The sampler's message to the scheduler: one iteration's tokens and, for live metrics, the
+// sampler rank's time shares so far (wire: i64 iteration, i32 n, i32 has_shares, n x i32
+// tokens, [3 x f64 busy/comm/wait fractions]).
+struct TokensMsg {
+  std::int64_t iteration = -1;
+  std::vector<std::int32_t> tokens;
+  bool has_shares = false;
+  double busy = 0, comm = 0, wait = 0;
+};
+void pack_tokens(const TokensMsg& m, std::vector<std::byte>& out);
+TokensMsg unpack_tokens(std::span<const std::byte> in, int sampler_rank);
+inline std::size_t max_tokens_msg(int max_seqs) { return 16 + 4 * static_cast<std::size_t>(max_seqs) + 24; }
+
+// What the scheduler loops need from the engine (scheduler_loop.cpp).
+struct SchedulerIO {
+  std::function<void(const ScheduleOutput&)> publish;        // to every rank
+  std::function<TokensMsg(const ScheduleOutput&)> receive;   // waits for the tokens of s
+  std::function<void(std::string)> note;                     // wait/reject notes
+  // Per-stage shares for LiveQueue::update, with the sampler's latest message (or nullptr).
+  std::function<std::vector<StageShare>(const TokensMsg*)> shares;
+};
+struct SchedulerRun {
+  std::vector<RequestResult> results;
+  std::uint64_t iterations = 0;
+  bool interrupted = false;
+  double start_s = 0, wall_s = 0;
+};
+// trellis run: `requests` to the end (or until opt.stop).
+SchedulerRun run_batch_scheduler(const EngineOptions& opt, const std::vector<Request>& requests, SchedulerIO& io);
+// trellis serve: requests from `live` until it is shut down; heartbeats while idle.
+SchedulerRun run_live_scheduler(const EngineOptions& opt, LiveQueue& live, SchedulerIO& io);
 
 // Vocabulary rows of TP rank k: chunks of ceil(V / t), as the vocab-parallel LM head splits.
 std::pair<int, int> vocab_range(int vocab, int tp, int k);

@@ -17,16 +17,6 @@ using kernels::TensorView;
 
 namespace {
 
-struct Name {
-  Variant v;
-  std::string_view name;
-};
-constexpr Name kNames[] = {
-    {Variant::kStandard, "standard"}, {Variant::kParallel, "parallel"}, {Variant::kLadder, "ladder"},
-    {Variant::kDesync2, "desync2"},   {Variant::kDesync4, "desync4"},   {Variant::kLayerParallel, "lp"},
-    {Variant::kNoComm, "nocomm"},
-};
-
 // Buffers owned by the runner; each is [T, H] f32.
 enum Buf { kA, kB, kLocal, kAccum, kCount };
 
@@ -59,27 +49,6 @@ class LayerShardGroup final : public transport::Group {
 };
 
 }  // namespace
-
-std::string_view to_string(Variant v) {
-  for (const auto& n : kNames)
-    if (n.v == v) return n.name;
-  return "?";
-}
-
-Variant parse_variant(std::string_view name) {
-  for (const auto& n : kNames)
-    if (n.name == name) return n.v;
-  throw_error(ErrorCode::kInvalidArgument,
-              "unknown variant '{}' (valid: standard, parallel, ladder, desync2, desync4, lp, nocomm)", name);
-}
-
-std::vector<Variant> all_variants() {
-  std::vector<Variant> v;
-  for (const auto& n : kNames) v.push_back(n.v);
-  return v;
-}
-
-bool variant_is_exact(Variant v) { return v != Variant::kNoComm; }
 
 VariantSpec parse_variant_spec(std::string_view name, std::string_view layers, int num_layers) {
   VariantSpec s;

@@ -108,6 +108,8 @@ ScheduleOutput deserialize_schedule(std::span<const std::byte> in, const char* w
     throw_error(ErrorCode::kCorruptInput, "{}: scheduling output version {} (expected {})", what, v, kVersion);
   ScheduleOutput s;
   s.flags = r.get<std::uint16_t>();
+  if ((s.flags & ~ScheduleOutput::kKnownFlags) != 0)
+    throw_error(ErrorCode::kCorruptInput, "{}: scheduling output has unknown flags {:#x}", what, s.flags);
   s.iteration = r.get<std::uint64_t>();
   s.group = static_cast<std::int32_t>(r.get<std::uint32_t>());
   auto n_seqs = r.get<std::uint32_t>(), n_tokens = r.get<std::uint32_t>();

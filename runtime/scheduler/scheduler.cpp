@@ -6,6 +6,22 @@
 
 namespace trellis::runtime {
 
+std::optional<std::string> admission_error(const SchedulerConfig& c, const Request& r) {
+  const auto prompt = static_cast<std::int64_t>(r.prompt.size());
+  if (prompt == 0) return std::string("the prompt is empty (it needs at least one token)");
+  if (prompt >= c.max_context)
+    return fmt::format("prompt of {} tokens does not fit the context of {} (no room for a new token)", prompt,
+                       c.max_context);
+  if (prompt > c.max_iteration_tokens)
+    return fmt::format("prompt of {} tokens exceeds the {} tokens one iteration may hold", prompt,
+                       c.max_iteration_tokens);
+  const std::int64_t need = std::min<std::int64_t>(prompt + r.sampling.max_tokens, c.max_context);
+  if (need > c.kv_budget_tokens)
+    return fmt::format("needs {} KV positions (prompt {} + max_tokens {}) but the KV budget holds {}; it can never fit",
+                       need, prompt, r.sampling.max_tokens, c.kv_budget_tokens);
+  return std::nullopt;
+}
+
 Scheduler::Scheduler(SchedulerConfig config, std::vector<Request> requests)
     : cfg_(config), requests_(std::move(requests)) {
   if (cfg_.groups < 1 || cfg_.max_seqs_per_group < 1 || cfg_.kv_budget_tokens < 1 || cfg_.max_context < 2)
@@ -19,30 +35,76 @@ Scheduler::Scheduler(SchedulerConfig config, std::vector<Request> requests)
   results_.resize(requests_.size());
   wait_reported_.assign(requests_.size(), false);
   for (std::size_t i = 0; i < requests_.size(); ++i) {
-    auto& r = requests_[i];
-    if (r.id != static_cast<std::int64_t>(i))
-      throw_error(ErrorCode::kInternal, "scheduler: request ids must be 0..n-1 in order (got {} at {})", r.id, i);
-    results_[i].id = r.id;
-    std::string reject = r.error;
-    if (reject.empty() && static_cast<int>(r.prompt.size()) >= cfg_.max_context)
-      reject = fmt::format("prompt of {} tokens does not fit the context of {} (no room for a new token)",
-                           r.prompt.size(), cfg_.max_context);
-    if (reject.empty() && static_cast<int>(r.prompt.size()) > cfg_.max_iteration_tokens)
-      reject = fmt::format("prompt of {} tokens exceeds the {} tokens one iteration may hold", r.prompt.size(),
-                           cfg_.max_iteration_tokens);
-    if (reject.empty() && reservation(r) > cfg_.kv_budget_tokens)
-      reject = fmt::format("needs {} KV positions (prompt {} + max_tokens {}) but the KV budget holds {}; it can never "
-                           "fit",
-                           reservation(r), r.prompt.size(), r.sampling.max_tokens, cfg_.kv_budget_tokens);
-    if (!reject.empty()) {
-      results_[i].status = RequestStatus::kFailed;
-      results_[i].reason = reject;
-      notes_.push_back(fmt::format("request {} rejected: {}", r.name, reject));
-    } else {
-      waiting_.push_back(r.id);
-      ++open_;
-    }
+    if (requests_[i].id != static_cast<std::int64_t>(i))
+      throw_error(ErrorCode::kInternal, "scheduler: request ids must be 0..n-1 in order (got {} at {})",
+                  requests_[i].id, i);
+    enqueue(i);
   }
+}
+
+void Scheduler::enqueue(std::size_t i) {
+  const auto& r = requests_[i];
+  results_[i].id = r.id;
+  std::string reject = r.error;
+  if (reject.empty())
+    if (auto why = admission_error(cfg_, r)) reject = *why;
+  if (!reject.empty()) {
+    results_[i].status = RequestStatus::kFailed;
+    results_[i].reason = reject;
+    notes_.push_back(fmt::format("request {} rejected: {}", r.name, reject));
+  } else {
+    waiting_.push_back(r.id);
+    ++open_;
+  }
+}
+
+bool Scheduler::add(Request r, double now) {
+  if (r.id != static_cast<std::int64_t>(requests_.size()))
+    throw_error(ErrorCode::kInternal, "scheduler: added request has id {}, expected {}", r.id, requests_.size());
+  if (cancelled_) r.error = cancel_reason_;
+  requests_.push_back(std::move(r));
+  results_.emplace_back();
+  wait_reported_.push_back(false);
+  enqueue(requests_.size() - 1);
+  auto& res = results_.back();
+  if (res.status == RequestStatus::kFailed) res.finished_s = now;
+  return res.status != RequestStatus::kFailed;
+}
+
+void Scheduler::abort(std::int64_t id, const std::string& reason, double now) {
+  if (id < 0 || id >= static_cast<std::int64_t>(requests_.size())) return;
+  auto& res = results_[static_cast<std::size_t>(id)];
+  if (res.status == RequestStatus::kFinished || res.status == RequestStatus::kFailed) return;
+  auto w = std::find(waiting_.begin(), waiting_.end(), id);
+  if (w != waiting_.end()) {
+    waiting_.erase(w);
+    res.status = RequestStatus::kFailed;
+    res.reason = reason;
+    res.finished_s = now;
+    --open_;
+    return;
+  }
+  for (auto& g : groups_)
+    for (std::size_t i = 0; i < g.running.size(); ++i)
+      if (g.running[i].id == id) {
+        if (g.in_flight) g.running[i].abort_reason = reason;
+        else finish(g, i, RequestStatus::kFailed, reason, now);
+        return;
+      }
+}
+
+void Scheduler::forget(std::int64_t id) {
+  if (id < 0 || id >= static_cast<std::int64_t>(requests_.size())) return;
+  auto& res = results_[static_cast<std::size_t>(id)];
+  if (res.status != RequestStatus::kFinished && res.status != RequestStatus::kFailed) return;
+  std::vector<std::int32_t>().swap(requests_[static_cast<std::size_t>(id)].prompt);
+  std::vector<std::int32_t>().swap(res.output);
+}
+
+int Scheduler::running_count() const {
+  int n = 0;
+  for (const auto& g : groups_) n += static_cast<int>(g.running.size());
+  return n;
 }
 
 std::int64_t Scheduler::reservation(const Request& r) const {
@@ -142,6 +204,10 @@ void Scheduler::complete(const ScheduleOutput& s, std::span<const std::int32_t> 
     if (it == g.running.end()) throw_error(ErrorCode::kInternal, "scheduler: sequence {} is not running", q.id);
     const auto& req = requests_[static_cast<std::size_t>(q.id)];
     auto& res = results_[static_cast<std::size_t>(q.id)];
+    if (!it->abort_reason.empty()) {
+      finish(g, static_cast<std::size_t>(it - g.running.begin()), RequestStatus::kFailed, it->abort_reason, now);
+      continue;
+    }
     it->prefilled = true;
     it->next_token = t;
     res.output.push_back(t);

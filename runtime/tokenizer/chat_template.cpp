@@ -84,4 +84,35 @@ std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>& messa
   return out;
 }
 
+std::vector<std::int32_t> Tokenizer::encode_chat(const std::vector<ChatMessage>& messages,
+                                                 bool add_generation_prompt) const {
+  for (const ChatMessage& m : messages)
+    if (m.role != "system" && m.role != "user" && m.role != "assistant")
+      throw_error(ErrorCode::kInvalidArgument, "chat message role '{}' is not system, user or assistant", m.role);
+  // Validates the template (kUnsupported for anything but plain ChatML); its default system
+  // block is template text, so its markers are parsed as the template means them.
+  std::string head;
+  if (!messages.empty() && messages[0].role != "system") {
+    std::string with = apply_chat_template({messages[0]}, false);
+    std::string plain = "<|im_start|>" + messages[0].role + "\n" + messages[0].content + "<|im_end|>\n";
+    head = with.substr(0, with.size() - plain.size());
+  } else {
+    apply_chat_template({}, add_generation_prompt);
+  }
+  std::vector<std::int32_t> out = encode(head, true, false);
+  const auto start = encode("<|im_start|>", true, false), end = encode("<|im_end|>", true, false);
+  auto append = [&out](const std::vector<std::int32_t>& ids) { out.insert(out.end(), ids.begin(), ids.end()); };
+  for (const ChatMessage& m : messages) {
+    append(start);
+    append(encode(m.role + "\n" + m.content, false, false));
+    append(end);
+    append(encode("\n", false, false));
+  }
+  if (add_generation_prompt) {
+    append(start);
+    append(encode("assistant\n", false, false));
+  }
+  return out;
+}
+
 }  // namespace trellis::runtime

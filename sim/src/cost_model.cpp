@@ -16,7 +16,6 @@
 namespace trellis::sim {
 namespace {
 
-constexpr std::array kVariantNames = {"standard", "parallel", "ladder", "desync2", "desync4", "lp", "nocomm"};
 
 double log2_steps(int n) { return n <= 1 ? 0 : std::ceil(std::log2(static_cast<double>(n))); }
 
@@ -136,7 +135,7 @@ CommCharge tp_comm(const ModelInputs& in, int n, double ar, const LayerCompute& 
     case Variant::kParallel:
     case Variant::kDesync2: return {1.0 * n * ar, 0};
     case Variant::kDesync4: return {std::ceil(n / 2.0) * ar, 0};
-    case Variant::kLp: {
+    case Variant::kLayerParallel: {
       const int paired = 2 * static_cast<int>(std::floor(l.lp_fraction * n / 2.0));
       return {(2.0 * n - paired) * ar, 0};
     }
@@ -145,7 +144,7 @@ CommCharge tp_comm(const ModelInputs& in, int n, double ar, const LayerCompute& 
                              (n - 1) * std::max(0.0, ar - lc.attn.time) + ar;
       return {exposed, 2.0 * n * ar - exposed};
     }
-    case Variant::kNocomm: return {};
+    case Variant::kNoComm: return {};
   }
   return {};
 }
@@ -197,21 +196,6 @@ double gpu_sampling(const ModelInputs& in, double seqs) {
 double cpu_sampling(const ModelInputs& in, double seqs) { return seqs * in.model->vocab / in.host.cpu_sample_rate; }
 
 }  // namespace
-
-std::string_view to_string(Variant v) { return kVariantNames.at(static_cast<std::size_t>(v)); }
-
-Variant parse_variant(std::string_view name) {
-  for (std::size_t i = 0; i < kVariantNames.size(); ++i)
-    if (name == kVariantNames[i]) return static_cast<Variant>(i);
-  throw_error(ErrorCode::kNotFound, "unknown variant '{}'; valid variants: {}", name,
-              fmt::join(kVariantNames, ", "));
-}
-
-std::vector<Variant> all_variants() {
-  std::vector<Variant> v;
-  for (std::size_t i = 0; i < kVariantNames.size(); ++i) v.push_back(static_cast<Variant>(i));
-  return v;
-}
 
 double transfer_time(const LinkCost& l, double bytes) { return l.alpha_s + bytes / l.bandwidth; }
 

@@ -108,7 +108,7 @@ std::string shape_problem(const ModelInputs& in) {
   if (m.intermediate % l.t != 0) return fmt::format("t={} does not divide the MLP width {}", l.t, m.intermediate);
   if (l.microbatches < 1 || l.microbatches > in.work.batch)
     return fmt::format("{} microbatches cannot split a batch of {}", l.microbatches, in.work.batch);
-  if (l.variant == Variant::kLp && m.layers / l.p < 2)
+  if (l.variant == Variant::kLayerParallel && m.layers / l.p < 2)
     return fmt::format("lp needs at least 2 layers per stage (p={} leaves {})", l.p, m.layers / l.p);
   if (static_cast<int>(in.links.boundaries.size()) != l.p - 1)
     return fmt::format("internal: {} stage boundaries for p={}", in.links.boundaries.size(), l.p);

@@ -208,7 +208,7 @@ PlanResult plan(const PlanRequest& r) {
             Layout l{p, t, m, v, r.lp_fraction};
             Candidate c = evaluate(r, d, l, batch, links);
             ++res.evaluated;
-            if (c.prediction.feasible && c.slo_miss.empty() && v == Variant::kNocomm) {
+            if (c.prediction.feasible && c.slo_miss.empty() && v == Variant::kNoComm) {
               res.feasible.push_back(c);
               res.bounds.push_back(std::move(c));  // an upper bound, never a pick
             } else if (!c.prediction.feasible || !c.slo_miss.empty()) {

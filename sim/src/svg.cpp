@@ -80,7 +80,7 @@ std::string pareto_svg(const PlanResult& result, const std::string& title) {
     for (const Candidate* c : series[i].second)
       pts += fmt::format("{:.1f},{:.1f} ", X(c->prediction.tpot_s * 1e3), Y(c->total_tokens_per_s));
     // parallel and desync2 block on the same all-reduces and coincide: dash the later one.
-    const bool dashed = series[i].first == Variant::kDesync2 || series[i].first == Variant::kNocomm;
+    const bool dashed = series[i].first == Variant::kDesync2 || series[i].first == Variant::kNoComm;
     s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{} points=\"{}\"/>\n", col,
                      dashed ? " stroke-dasharray=\"6,4\"" : "", pts);
     for (const Candidate* c : series[i].second)
@@ -93,7 +93,7 @@ std::string pareto_svg(const PlanResult& result, const std::string& title) {
     s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"3\"/>"
                      "<text x=\"{4}\" y=\"{5}\">{6}{7}</text>\n",
                      kW - kRight + 14, ly, kW - kRight + 38, col, kW - kRight + 44, ly + 4,
-                     to_string(series[i].first), series[i].first == Variant::kNocomm ? " (bound)" : "");
+                     to_string(series[i].first), series[i].first == Variant::kNoComm ? " (bound)" : "");
   }
   return s + "</svg>\n";
 }

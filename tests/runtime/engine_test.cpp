@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine_fixture.hpp"
+#include "trellis/runtime/engine/live.hpp"
 #include "trellis/runtime/sampling/sampler.hpp"
 
 using namespace trellis;
@@ -69,7 +70,9 @@ Run run_layout(int pp, int tp, const std::vector<Request>& reqs, EngineOptions o
         StandInStage stage(kVocab, kLayers, pp, grid.stage_of(r), tp, grid.tp_of(r),
                            pp * opt.scheduler.max_seqs_per_group);
         Tracer tracer(false);
-        auto res = run_engine(r, grid, links, stage, reqs, opt, tracer);
+        EngineOptions mine = opt;
+        if (r != 0) mine.live = nullptr;  // only rank 0's scheduler reads the live queue
+        auto res = run_engine(r, grid, links, stage, reqs, mine, tracer);
         if (r == 0) run.result = std::move(res);
       } catch (const std::exception& e) {
         run.errors[static_cast<std::size_t>(r)] = e.what();
@@ -224,4 +227,180 @@ TEST(Engine, DeadRankIsNamedWithinTheDeadline) {
   EXPECT_LT(now_seconds() - start, 10.0);
   ASSERT_FALSE(r.errors[0].empty());
   EXPECT_NE(r.errors[0].find("rank 1"), std::string::npos) << r.errors[0];
+}
+
+// ---- serving: requests arrive through a LiveQueue while the engine runs ----
+
+namespace {
+
+// A front end's view of one request: its events, in order.
+struct Client {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::int64_t, std::vector<std::int32_t>> tokens;
+  std::map<std::int64_t, LiveEvent> final;
+  LiveSink sink() {
+    return [this](const LiveEvent& e) {
+      std::lock_guard lock(mu);
+      auto& t = tokens[e.id];
+      t.insert(t.end(), e.tokens.begin(), e.tokens.end());
+      if (e.finished) final[e.id] = e;
+      cv.notify_all();
+    };
+  }
+  bool wait_final(std::int64_t id, double seconds) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return final.count(id) > 0; });
+  }
+  bool wait_tokens(std::int64_t id, std::size_t n, double seconds) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return tokens[id].size() >= n; });
+  }
+};
+
+bool wait_ready(LiveQueue& q, double seconds) {
+  const auto until = Deadline::after(Millis(static_cast<std::int64_t>(seconds * 1000)));
+  while (!q.stats().ready && !until.expired()) std::this_thread::sleep_for(Millis(5));
+  return q.stats().ready;
+}
+
+// Shuts the queue down when the front end's thread ends, also when an ASSERT left it early,
+// so a failing test fails instead of leaving the engine serving forever.
+struct ShutdownAtExit {
+  LiveQueue& q;
+  ~ShutdownAtExit() { q.shutdown(); }
+};
+
+}  // namespace
+
+TEST(EngineLive, RequestsArrivingOverTimeGetTheBatchTokensAndIdleOutlivesTheDeadline) {
+  auto reqs = workload(false);
+  auto batch = run_layout(2, 2, reqs, base_options());
+  expect_clean(batch);
+  LiveQueue q({64});
+  Client c;
+  std::thread front([&] {
+    ShutdownAtExit bye{q};
+    ASSERT_TRUE(wait_ready(q, 10));
+    // Idle for over twice the deadline: only the heartbeats keep the other ranks waiting.
+    std::this_thread::sleep_for(Millis(900));
+    std::vector<std::int64_t> ids;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      auto sub = q.submit(reqs[i], c.sink());
+      ASSERT_EQ(sub.status, LiveQueue::Admit::kAccepted) << sub.reason;
+      ids.push_back(sub.id);
+      if (i % 4 == 3) std::this_thread::sleep_for(Millis(30));  // arrivals join a running batch
+    }
+    for (auto id : ids) EXPECT_TRUE(c.wait_final(id, 20)) << id;
+    q.shutdown();
+  });
+  auto opt = base_options();
+  opt.deadline = Millis(300);
+  opt.serving = true;
+  opt.live = &q;
+  auto r = run_layout(2, 2, {}, opt);
+  front.join();
+  expect_clean(r);
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    const auto id = static_cast<std::int64_t>(i);
+    EXPECT_EQ(c.tokens[id], batch.result.results[i].output) << "request " << i;
+    EXPECT_EQ(c.final[id].finish_reason, "length");
+    EXPECT_FALSE(c.final[id].failed);
+  }
+  auto st = q.stats();
+  EXPECT_EQ(st.finished, reqs.size());
+  EXPECT_EQ(st.running + st.waiting, 0);
+  EXPECT_EQ(st.kv_used_tokens, 0);
+  EXPECT_GT(st.iterations, 0u);
+  ASSERT_FALSE(st.stages.empty());
+  EXPECT_EQ(st.stages.back().stage, 1);
+}
+
+TEST(EngineLive, CancelFreesTheKvAtOnceAndRefusalsNameTheLimit) {
+  LiveQueue q({2});
+  Client c;
+  std::thread front([&] {
+    ShutdownAtExit bye{q};
+    ASSERT_TRUE(wait_ready(q, 10));
+    Request longer = workload(false)[0];
+    longer.sampling.max_tokens = 40;
+    auto a = q.submit(longer, c.sink());
+    ASSERT_EQ(a.status, LiveQueue::Admit::kAccepted);
+    // The heartbeat is 10 s here: a second token within 5 s shows that iterations go out as
+    // soon as the previous one completes, not when the next heartbeat is due.
+    ASSERT_TRUE(c.wait_tokens(a.id, 2, 5));
+    q.cancel(a.id, "client disconnected");
+    ASSERT_TRUE(c.wait_final(a.id, 10));
+    EXPECT_EQ(c.final[a.id].finish_reason, "client disconnected");
+    EXPECT_FALSE(c.final[a.id].failed);
+    EXPECT_LT(c.tokens[a.id].size(), 40u);
+    // Never fits: prompt beyond the context.
+    Request big = longer;
+    big.prompt.assign(80, 1);
+    auto b = q.submit(big, c.sink());
+    EXPECT_EQ(b.status, LiveQueue::Admit::kRejected);
+    EXPECT_NE(b.reason.find("context"), std::string::npos) << b.reason;
+    q.begin_drain();
+    EXPECT_EQ(q.submit(longer, c.sink()).status, LiveQueue::Admit::kStopping);
+    q.shutdown();
+  });
+  auto opt = base_options();
+  opt.deadline = Millis(30000);
+  opt.serving = true;
+  opt.live = &q;
+  auto r = run_layout(1, 2, {}, opt);
+  front.join();
+  expect_clean(r);
+  auto st = q.stats();
+  EXPECT_EQ(st.kv_used_tokens, 0);
+  EXPECT_EQ(st.cancelled, 1u);
+  EXPECT_EQ(st.rejected, 1u);
+}
+
+TEST(EngineLive, ShutdownCancelsWhatIsOpenAndAFailedRankFailsTheQueue) {
+  {
+    LiveQueue q({8});
+    Client c;
+    std::thread front([&] {
+      ShutdownAtExit bye{q};
+      ASSERT_TRUE(wait_ready(q, 10));
+      Request r = workload(false)[1];
+      r.sampling.max_tokens = 50;
+      auto a = q.submit(r, c.sink());
+      ASSERT_TRUE(c.wait_tokens(a.id, 1, 10));
+      q.shutdown("the server is shutting down");
+      ASSERT_TRUE(c.wait_final(a.id, 10));
+      EXPECT_EQ(c.final[a.id].finish_reason, "the server is shutting down");
+    });
+    auto opt = base_options();
+    opt.serving = true;
+    opt.live = &q;
+    auto r = run_layout(2, 1, {}, opt);
+    front.join();
+    expect_clean(r);
+  }
+  {
+    LiveQueue q({8});
+    Client c;
+    std::int64_t id = -1;
+    std::thread front([&] {
+      ShutdownAtExit bye{q};
+      ASSERT_TRUE(wait_ready(q, 10));
+      id = q.submit(workload(false)[0], c.sink()).id;
+      ASSERT_TRUE(c.wait_final(id, 10));
+    });
+    auto opt = base_options();
+    opt.deadline = Millis(500);
+    opt.serving = true;
+    opt.live = &q;
+    auto r = run_layout(2, 1, {}, opt, {}, /*skip_rank=*/1);
+    front.join();
+    EXPECT_TRUE(c.final[id].failed);
+    EXPECT_NE(c.final[id].finish_reason.find("rank 1"), std::string::npos) << c.final[id].finish_reason;
+    ASSERT_FALSE(r.errors[0].empty());
+    EXPECT_NE(r.errors[0].find("rank 1"), std::string::npos) << r.errors[0];
+    auto st = q.stats();
+    EXPECT_TRUE(st.failed);
+    EXPECT_EQ(q.submit(workload(false)[0], nullptr).status, LiveQueue::Admit::kFailed);
+  }
 }

@@ -324,3 +324,45 @@ TEST(ShmRing, FailedProducerPassesItsReasonAfterTheMessages) {
     EXPECT_NE(std::string(e.what()).find("link to rank 2 broke"), std::string::npos) << e.what();
   }
 }
+
+TEST(Scheduler, LiveAddAbortAndForget) {
+  SchedulerConfig c;
+  c.groups = 2;
+  c.max_seqs_per_group = 1;
+  c.kv_budget_tokens = 100;
+  c.max_context = 40;
+  Scheduler s(c, {});
+  EXPECT_TRUE(s.done());
+  EXPECT_TRUE(s.add(make_request(0, 4, 10), 0));
+  EXPECT_TRUE(s.add(make_request(1, 4, 10), 0));
+  EXPECT_TRUE(s.add(make_request(2, 4, 10), 0));
+  EXPECT_FALSE(s.add(make_request(3, 50, 10), 0));  // never fits the context: fails at once
+  EXPECT_NE(s.results()[3].reason.find("context"), std::string::npos);
+  EXPECT_THROW(s.add(make_request(9, 4, 10), 0), Error);  // ids stay dense
+  auto a = s.schedule(0, 1);
+  auto b = s.schedule(1, 1);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(s.running_count(), 2);
+  EXPECT_EQ(s.waiting_count(), 1);
+  EXPECT_EQ(s.kv_used_tokens(), 28);
+  s.abort(2, "gone", 2);  // waiting: fails now
+  EXPECT_EQ(s.results()[2].status, RequestStatus::kFailed);
+  EXPECT_EQ(s.waiting_count(), 0);
+  s.abort(0, "client disconnected", 2);  // in flight: leaves when its iteration completes
+  EXPECT_EQ(s.results()[0].status, RequestStatus::kRunning);
+  s.complete(*a, std::vector<std::int32_t>{7}, 3);
+  EXPECT_EQ(s.results()[0].status, RequestStatus::kFailed);
+  EXPECT_EQ(s.results()[0].reason, "client disconnected");
+  EXPECT_TRUE(s.results()[0].output.empty());  // the token sampled after the abort is dropped
+  EXPECT_EQ(s.kv_used_tokens(), 14);
+  s.complete(*b, std::vector<std::int32_t>{8}, 3);
+  s.abort(1, "stop", 4);  // running, nothing in flight: leaves now
+  EXPECT_EQ(s.kv_used_tokens(), 0);
+  EXPECT_TRUE(s.done());
+  EXPECT_EQ(s.results()[1].output, std::vector<std::int32_t>{8});
+  s.forget(1);
+  EXPECT_TRUE(s.results()[1].output.empty());
+  EXPECT_TRUE(s.requests()[1].prompt.empty());
+  EXPECT_TRUE(s.add(make_request(4, 4, 10), 5));
+  EXPECT_FALSE(s.done());
+}

@@ -72,9 +72,9 @@ TEST_F(Llama70B, VariantsOrderByBlockingAllreduces) {
   EXPECT_NEAR(comm(Variant::kParallel), standard / 2, 1e-12);
   EXPECT_NEAR(comm(Variant::kDesync2), standard / 2, 1e-12);
   EXPECT_NEAR(comm(Variant::kDesync4), standard / 4, 1e-12);
-  EXPECT_EQ(comm(Variant::kNocomm), 0);
-  EXPECT_LT(comm(Variant::kLp), standard);
-  EXPECT_GT(comm(Variant::kLp), standard / 2);
+  EXPECT_EQ(comm(Variant::kNoComm), 0);
+  EXPECT_LT(comm(Variant::kLayerParallel), standard);
+  EXPECT_GT(comm(Variant::kLayerParallel), standard / 2);
   Prediction ladder = predict(inputs(model, one_host, 1, 8, 1, Variant::kLadder, 16));
   EXPECT_LT(ladder.decode.tp_comm, standard);
   EXPECT_NEAR(ladder.decode.tp_comm + ladder.decode.tp_comm_hidden, standard, 1e-9);

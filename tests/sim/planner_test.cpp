@@ -26,7 +26,7 @@ TEST(Planner, RanksEveryGridOfLlama70BOnTwoByEightH100) {
   std::set<std::pair<int, int>> grids;
   EXPECT_FALSE(res.bounds.empty());
   for (const auto& c : res.ranked) {
-    EXPECT_NE(c.layout.variant, Variant::kNocomm);  // a bound with wrong outputs is never a pick
+    EXPECT_NE(c.layout.variant, Variant::kNoComm);  // a bound with wrong outputs is never a pick
     EXPECT_EQ(c.replicas * c.layout.p * c.layout.t, 16);
     grids.insert({c.layout.p, c.layout.t});
   }

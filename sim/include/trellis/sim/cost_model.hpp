@@ -24,18 +24,18 @@
 #include <string_view>
 #include <vector>
 
+#include "trellis/core/variant.hpp"
 #include "trellis/sim/calibration.hpp"
 #include "trellis/sim/catalog.hpp"
 
 namespace trellis::sim {
 
-// The communication-reducing model variants (issue 7).
-enum class Variant { kStandard, kParallel, kLadder, kDesync2, kDesync4, kLp, kNocomm };
-std::string_view to_string(Variant v);
-// "standard", "parallel", "ladder", "desync2", "desync4", "lp", "nocomm"; unknown -> kNotFound
-// listing the valid names.
-Variant parse_variant(std::string_view name);
-std::vector<Variant> all_variants();
+// The communication-reducing model variants: one definition in core (core/variant.hpp).
+using trellis::Variant;
+using trellis::all_variants;
+using trellis::parse_variant;
+using trellis::to_string;
+using trellis::variant_is_exact;
 
 // One link as the model charges it: alpha per step, bandwidth per direction for this
 // rank's share of the port. `calibrated` says the numbers came from a measurement.

@@ -41,6 +41,8 @@
 
 namespace trellis::runtime {
 
+class LiveQueue;
+
 // One iteration's input to a stage, as the CPU executor prepares it (one of the two TSEM
 // versions). Vectors keep their capacity between iterations, so steady state allocates
 // nothing; a GPU build binds these buffers to captured graphs per (version, batch size).
@@ -117,6 +119,12 @@ struct EngineOptions {
   // run.progress_idle_us), and wakes as soon as a send or receive is posted. Equal to
   // progress_interval: the fixed pace of old.
   std::chrono::microseconds progress_idle_max{1000};
+  // Serving (every rank): the scheduler may stay idle for any time, sending heartbeats
+  // (ScheduleOutput::kIdle) every deadline/3; waits for upstream work are then bounded by
+  // the time since the last heartbeat instead of since the wait began.
+  bool serving = false;
+  // Rank 0 when serving: requests come from here instead of `requests` (not owned).
+  LiveQueue* live = nullptr;
 };
 
 struct EngineResult {

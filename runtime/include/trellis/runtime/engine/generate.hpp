@@ -21,7 +21,9 @@ struct GenerateOptions {
   int pp = 1, tp = 1;
   std::string prompts;           // JSONL prompts file, or
   bool chat = false;             // text prompts through the model's chat template (GGUF models)
+  std::string prompt;            // or one text prompt (with chat: one user message)
   std::string workload = "n=16,in=32,out=16";  // a synthetic workload spec
+  int max_tokens = 0;            // > 0: every request's max_tokens
   std::string out;               // write generated tokens/text here (JSONL), if set
   std::string trace;             // write a Chrome/Perfetto trace here, if set
   bool cpu_sampler = true, tsem = true, sat = true;
@@ -31,6 +33,7 @@ struct GenerateOptions {
 
 struct GenerateReport {
   RunSummary summary;      // filled on rank 0
+  std::vector<std::string> texts;  // rank 0: the answer of every text prompt, in order
   bool interrupted = false;
 };
 

@@ -49,20 +49,18 @@
 #include <vector>
 
 #include "trellis/core/clock.hpp"
+#include "trellis/core/variant.hpp"
 #include "trellis/runtime/model/llama.hpp"
 #include "trellis/transport/progress.hpp"
 
 namespace trellis::runtime {
 
-enum class Variant { kStandard, kParallel, kLadder, kDesync2, kDesync4, kLayerParallel, kNoComm };
-
-std::string_view to_string(Variant v);
-// "standard", "parallel", "ladder", "desync2", "desync4", "lp", "nocomm"; throws
-// kInvalidArgument listing the valid names.
-Variant parse_variant(std::string_view name);
-std::vector<Variant> all_variants();
-// False for nocomm: its outputs are not the model's.
-bool variant_is_exact(Variant v);
+// The variant names live in core (one definition for run, study and plan).
+using trellis::Variant;
+using trellis::all_variants;
+using trellis::parse_variant;
+using trellis::to_string;
+using trellis::variant_is_exact;
 
 struct VariantSpec {
   Variant kind = Variant::kStandard;

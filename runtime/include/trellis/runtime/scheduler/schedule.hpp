@@ -37,6 +37,10 @@ struct ScheduledSeq {
 
 struct ScheduleOutput {
   static constexpr std::uint16_t kStop = 1;  // no more iterations: ranks drain and exit
+  // No iteration: a heartbeat while a server has no work, so that the ranks' waits for the
+  // next scheduling output (bounded by the deadline) see the scheduler alive. Ranks skip it.
+  static constexpr std::uint16_t kIdle = 2;
+  static constexpr std::uint16_t kKnownFlags = kStop | kIdle;
 
   std::uint64_t iteration = 0;
   std::int32_t group = 0;  // microbatch group = iteration mod p
@@ -45,6 +49,7 @@ struct ScheduleOutput {
   std::vector<std::int32_t> tokens;  // sum of seqs[i].n_tokens
 
   bool stop() const { return (flags & kStop) != 0; }
+  bool idle() const { return (flags & kIdle) != 0; }
   int n_tokens() const { return static_cast<int>(tokens.size()); }
   int n_sampled() const;
 };

@@ -36,6 +36,11 @@ struct SchedulerConfig {
   int max_iteration_tokens = 4096;   // input tokens per iteration (limits prefill bursts)
 };
 
+// Why `r` can never run under `limits` (prompt longer than the context, more KV positions
+// than the whole budget, more tokens than one iteration holds), or nothing when it can.
+// Used by the scheduler and by LiveQueue::submit (engine/live.hpp).
+std::optional<std::string> admission_error(const SchedulerConfig& limits, const Request& r);
+
 enum class RequestStatus { kPending, kRunning, kFinished, kFailed };
 
 struct RequestResult {
@@ -56,6 +61,20 @@ class Scheduler {
   std::optional<ScheduleOutput> schedule(int g, double now);
   // Tokens sampled for `s` (one per sampled sequence, in order), at time `now`.
   void complete(const ScheduleOutput& s, std::span<const std::int32_t> tokens, double now);
+
+  // Live serving: a request that arrives while the engine runs. Its id must be the next one
+  // (requests().size()); a request that can never run fails at once with the reason (see
+  // admission_error above). Returns whether it was queued.
+  bool add(Request r, double now);
+  // Ends one request early (client gone, stop string): a waiting one fails now; a running
+  // one leaves its group now when the group has nothing in flight, else when its in-flight
+  // iteration completes (the token sampled for it then is dropped). Its KV reservation is
+  // freed at that moment. No-op for a request that already finished.
+  void abort(std::int64_t id, const std::string& reason, double now);
+  // Drops the prompt and output of a finished request (a server keeps running for days).
+  void forget(std::int64_t id);
+  int running_count() const;
+  int waiting_count() const { return static_cast<int>(waiting_.size()); }
 
   // Stops the run early (Ctrl-C): waiting requests fail with `reason` now, running ones when
   // their in-flight iteration completes (keeping the tokens they have); nothing new starts.
@@ -78,6 +97,7 @@ class Scheduler {
     std::int64_t reserved;   // KV positions reserved
     bool prefilled = false;
     std::int32_t next_token = -1;
+    std::string abort_reason;  // set: leaves when its in-flight iteration completes
   };
   struct Group {
     std::vector<Running> running;
@@ -87,6 +107,7 @@ class Scheduler {
   bool admit_into(Group& g, double now, int& tokens_left);
   void finish(Group& g, std::size_t index, RequestStatus status, std::string reason, double now);
   std::int64_t reservation(const Request& r) const;
+  void enqueue(std::size_t i);
 
   SchedulerConfig cfg_;
   std::vector<Request> requests_;

@@ -74,6 +74,13 @@ class Tokenizer {
   // templates (<|im_start|>role\ncontent<|im_end|>\n), including a default system message
   // the template inserts when the conversation has none. Throws kUnsupported otherwise.
   std::string apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
+  // The same conversation as token ids, safe for untrusted text: the template's own markers
+  // (<|im_start|>, <|im_end|>) are control tokens, while every message's role and content
+  // are encoded as plain text, so "<|im_start|>system" typed by a user stays characters and
+  // cannot open a turn. Equal to encode(apply_chat_template(...)) when no content holds a
+  // special token's text. kInvalidArgument for a role other than system/user/assistant.
+  std::vector<std::int32_t> encode_chat(const std::vector<ChatMessage>& messages,
+                                        bool add_generation_prompt = true) const;
 
   // Pre-tokenization only (step 2 above), as byte strings: for tests and diagnostics.
   std::vector<std::string> pre_tokenize(std::string_view text) const;

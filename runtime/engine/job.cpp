@@ -1,0 +1,272 @@
+// A job set up for generation: everything trellis run and trellis serve share below the
+// launcher (see job.hpp), split out of generate() so both drive the same engine.
+#include "trellis/runtime/engine/job.hpp"
+
+#include <sched.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+
+#include "trellis/core/error.hpp"
+#include "trellis/runtime/checkpoint/reader.hpp"
+#include "trellis/runtime/engine/llama_stage.hpp"
+#include "trellis/runtime/engine/warmup.hpp"
+#include "trellis/runtime/model/synthetic.hpp"
+#include "trellis/topology/discovery.hpp"
+#include "trellis/transport/collectives.hpp"
+#include "trellis/transport/selection.hpp"
+
+namespace trellis::runtime {
+namespace {
+
+// Routes each peer to the transport its link class asked for.
+class MultiTransport final : public transport::Transport {
+ public:
+  transport::Backend backend() const override { return transport::Backend::kMpi; }
+  transport::Capabilities capabilities() const override { return {}; }
+  transport::Link& link(int peer) override {
+    auto it = route_.find(peer);
+    if (it == route_.end()) throw_error(ErrorCode::kInvalidArgument, "engine links: rank {} was never connected", peer);
+    return it->second->link(peer);
+  }
+  void progress() override {
+    for (auto& t : owned_) t->progress();
+  }
+  void add(std::unique_ptr<transport::Transport> t, const std::vector<int>& peers) {
+    for (int p : peers) route_[p] = t.get();
+    owned_.push_back(std::move(t));
+  }
+
+ private:
+  std::vector<std::unique_ptr<transport::Transport>> owned_;
+  std::map<int, transport::Transport*> route_;
+};
+
+std::vector<int> my_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+topology::Topology gather(transport::Bootstrap& world, Deadline deadline) {
+  auto mine = topology::discover_local_host();
+  topology::AllgatherFn fn = [&](const std::string& text) { return transport::allgather_strings(world, text, deadline); };
+  return topology::gather_topology(mine, world.rank(), static_cast<int>(::getpid()), my_cpus(), fn);
+}
+
+std::unique_ptr<transport::Transport> connect_links(transport::Bootstrap& world, const Config& config,
+                                                   const EngineGrid& grid, const topology::Placement& pl,
+                                                   const topology::Topology& topo) {
+  auto policy = transport::SelectionPolicy::from_config(config);
+  // Every rank derives every rank's links, so all agree on which backends to connect.
+  std::map<transport::Backend, std::vector<int>> mine;
+  std::set<transport::Backend> used;
+  for (int r = 0; r < world.size(); ++r) {
+    for (int peer : engine_peers(grid, r)) {
+      auto b = transport::choose_for_pair(pl, topo, r, peer, policy).backend;
+      used.insert(b);
+      if (r == world.rank()) mine[b].push_back(peer);
+    }
+  }
+  if (world.rank() == 0) {
+    // Once per run, so nobody has to grep per-rank logs to learn whether the fast path is in
+    // use: the policy's choice per TP group and stage boundary (as `trellis topo` shows it),
+    // then what this job actually connects, counted over every rank's engine links.
+    std::map<transport::Backend, int> pairs;
+    for (int r = 0; r < world.size(); ++r)
+      for (int peer : engine_peers(grid, r))
+        if (r < peer) ++pairs[transport::choose_for_pair(pl, topo, r, peer, policy).backend];
+    std::string connected;
+    for (auto [b, n] : pairs) connected += fmt::format("{}{} x {}", connected.empty() ? "" : ", ", transport::to_string(b), n);
+    spdlog::info("links (--transport {}):\n{}  connected rank pairs: {}", policy.describe(),
+                 transport::format_link_plan(transport::plan_links(pl, policy)), connected.empty() ? "none" : connected);
+  }
+  auto multi = std::make_unique<MultiTransport>();
+  for (auto b : used) {
+    auto peers = mine[b];
+    multi->add(transport::connect(b, world, peers, config), peers);
+    spdlog::debug("rank {}: {} link(s) over {}", world.rank(), peers.size(), transport::to_string(b));
+  }
+  return multi;
+}
+
+std::string make_job_token(transport::Bootstrap& world, Deadline deadline) {
+  std::string tok;
+  if (world.rank() == 0) tok = fmt::format("{:x}{:x}", static_cast<unsigned>(::getpid()), std::random_device{}());
+  std::vector<std::byte> b(tok.size());
+  if (!tok.empty()) std::memcpy(b.data(), tok.data(), tok.size());
+  world.broadcast(b, 0, deadline);
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+}  // namespace
+
+PreparedJob::~PreparedJob() = default;
+
+std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Config& config, const GenerateOptions& o) {
+  auto j = std::make_unique<PreparedJob>();
+  const Deadline setup = Deadline::after(config.get_duration("comm.connect_timeout_ms") * 3);
+  const double t_begin = now_seconds();
+  check_layout_ranks(o.pp, o.tp, world.size());
+  // The model: a checkpoint directory, or a synthetic preset generated in memory.
+  auto& reader = j->reader;
+  auto& cfg = j->cfg;
+  if (!o.model_dir.empty()) {
+    reader = open_checkpoint(o.model_dir);
+    auto text = reader->config_json();
+    if (!text) throw_error(ErrorCode::kNotFound, "{}: no config.json", reader->describe());
+    cfg = parse_model_config(*text, reader->describe() + "/config.json");
+  } else {
+    cfg = model_preset(o.preset);
+    reader = make_synthetic_reader(cfg, "F32", o.seed);
+  }
+  // Checked before anything is loaded: a variant the model or layout cannot host fails here.
+  const VariantSpec variant = j->variant = parse_variant_spec(o.variant, o.variant_layers, cfg.num_layers);
+  validate_variant(variant, cfg, o.tp);
+  // Topology -> placement -> grid.
+  j->topo = gather(world, setup);
+  const auto& topo = j->topo;
+  topology::PlaceOptions popt;
+  popt.kind = topology::RankKind::kCpu;
+  j->placement = topology::place({cfg.num_layers, cfg.num_heads, cfg.num_kv_heads}, topo, o.pp, o.tp, popt);
+  const auto& pl = j->placement;
+  auto& grid = j->grid;
+  grid.pp = o.pp;
+  grid.tp = o.tp;
+  for (int s = 0; s < o.pp; ++s)
+    for (int k = 0; k < o.tp; ++k) grid.rank_of.push_back(pl.rank_at(s, k));
+  for (const auto& rp : pl.ranks) grid.host_of.push_back(rp.host);
+  const int me = world.rank(), stage = grid.stage_of(me);
+  if (o.pin_cores && !pl.ranks[static_cast<std::size_t>(me)].cores.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : pl.ranks[static_cast<std::size_t>(me)].cores) CPU_SET(c, &set);
+    sched_setaffinity(0, sizeof set, &set);
+  }
+  // Links, then one TP group per stage (collective: every rank builds each in order).
+  j->links = connect_links(world, config, grid, pl, topo);
+  auto& tp_group = j->tp_group;
+  const auto link_plan = transport::plan_links(pl, transport::SelectionPolicy::from_config(config));
+  for (int s = 0; s < o.pp; ++s) {
+    std::vector<int> members;
+    for (int j = 0; j < o.tp; ++j) members.push_back(grid.rank_at(s, j));
+    // --transport also steers the TP all-reduce (unless comm.coll_algorithm names one).
+    auto go = transport::follow_transport(transport::GroupOptions::from_config(config),
+                                          link_plan.tp_groups[static_cast<std::size_t>(s)]);
+    auto g = o.tp == 1 ? (s == stage ? transport::make_single_group(me) : nullptr)
+                       : transport::make_group(world, members, go, config, grid.host_of);
+    if (s == stage) tp_group = std::move(g);
+  }
+  // The collective algorithm each TP group settled on (make_group picks it from the members'
+  // hosts and the comm.coll_* settings), logged once beside the links.
+  auto algos = transport::allgather_strings(world, tp_group->describe(), setup);
+  if (me == 0)
+    for (int s = 0; s < o.pp; ++s)
+      spdlog::info("TP group of stage {} all-reduce: {}", s, algos[static_cast<std::size_t>(grid.rank_at(s, 0))]);
+  const double t_connected = now_seconds();
+  j->tracer = std::make_unique<Tracer>(!o.trace.empty());
+  auto& tracer = *j->tracer;
+  j->timed = make_timed_group(*tp_group, tracer);
+  auto& timed = j->timed;
+  // This rank's shard.
+  auto& eo = j->eo;
+  eo.cpu_sampler = o.cpu_sampler;
+  eo.tsem = o.tsem;
+  eo.sat = o.sat;
+  eo.sampler_threads = static_cast<int>(config.get_int("run.sampler_threads"));
+  eo.deadline = config.get_duration("comm.deadline_ms");
+  eo.ring_slot_bytes = static_cast<std::uint32_t>(config.get_size("run.channel_slot_bytes"));
+  if (me < static_cast<int>(topo.ranks.size())) {
+    eo.host_pids.assign(topo.ranks.size(), 0);
+    for (const auto& r : topo.ranks)
+      if (r.host == topo.ranks[static_cast<std::size_t>(me)].host && r.rank >= 0 &&
+          r.rank < static_cast<int>(topo.ranks.size()))
+        eo.host_pids[static_cast<std::size_t>(r.rank)] = r.pid;
+  }
+  eo.keep_trace = !o.trace.empty();
+  eo.progress_interval = std::chrono::microseconds(std::max<std::int64_t>(1, config.get_int("run.progress_interval_us")));
+  eo.progress_idle_max = std::chrono::microseconds(std::max<std::int64_t>(1, config.get_int("run.progress_idle_us")));
+  eo.stop = o.stop;
+  auto& sc = eo.scheduler;
+  sc.groups = o.pp;
+  sc.max_seqs_per_group = std::max<int>(1, static_cast<int>((config.get_int("run.max_seqs") + o.pp - 1) / o.pp));
+  sc.max_context = static_cast<int>(std::min<std::int64_t>(config.get_int("run.max_context"), cfg.max_position_embeddings));
+  sc.max_iteration_tokens = static_cast<int>(config.get_int("run.max_iteration_tokens"));
+  auto layers = pl.layers_per_stage();
+  LoadOptions lo;
+  lo.first_layer = 0;
+  for (int s = 0; s < stage; ++s) lo.first_layer += layers[static_cast<std::size_t>(s)];
+  lo.last_layer = lo.first_layer + layers[static_cast<std::size_t>(stage)];
+  lo.max_slots = o.pp * sc.max_seqs_per_group;
+  lo.max_seq_len = sc.max_context;
+  // Two buffers of the largest forward (max_iteration_tokens rows), at most the setting.
+  lo.window_bytes = std::min<std::size_t>(config.get_size("comm.coll_shm_window"),
+                                          2 * static_cast<std::size_t>(sc.max_iteration_tokens) *
+                                              static_cast<std::size_t>(cfg.hidden_size) * sizeof(float));
+  // native keeps GGUF Q4_1/Q8_0 blocks quantised (llama.cpp's arithmetic, faster); the default
+  // dequant is the one whose tokens are identical across layouts.
+  lo.weights_format = parse_weights_format(config.get_string("model.weights_format"), "model.weights_format");
+  j->ctx = std::make_unique<kernels::Context>(static_cast<int>(config.get_int("kernels.threads")));
+  j->model = std::make_unique<LlamaModel>(*reader, cfg, *timed, *j->ctx, lo);
+  auto& model = *j->model;
+  if (me == 0 && o.tp > 1)
+    spdlog::info("TP all-reduce buffers: {}",
+                 model.window_rows() > 0
+                     ? fmt::format("a registered window, all-reduced in place for forwards of up to {} tokens "
+                                   "(comm.coll_shm_window)",
+                                   model.window_rows())
+                     : lo.window_bytes == 0
+                         ? std::string("private, copied through the group (comm.coll_shm_window=0)")
+                         : fmt::format("private, copied through the group ({} has no shared memory to register)",
+                                       tp_group->describe()));
+  VariantOptions vo;  // lp loads the paper's per-layer shards from the same checkpoint
+  vo.progress = transport::ProgressOptions::from_config(config);
+  vo.reader = reader.get();
+  vo.load = lo;
+  j->stage = make_llama_stage(model, variant, config.get_duration("comm.deadline_ms"), std::move(vo));
+  if (world.rank() == 0 && !variant_is_exact(variant.kind))
+    spdlog::warn("model variant nocomm on layers {}-{}: every TP all-reduce removed, outputs are WRONG on purpose "
+                 "(the communication-free upper bound)", variant.range_first, variant.range_last - 1);
+  else if (world.rank() == 0 && variant.kind != Variant::kStandard)
+    spdlog::info("model variant {} on layers {}-{}", to_string(variant.kind), variant.range_first,
+                 variant.range_last - 1);
+  // KV budget in token positions: the tightest rank decides (every rank holds every
+  // running sequence's KV for its layers).
+  const double kv_per_token = 2.0 * (lo.last_layer - lo.first_layer) * model.layout().kv_heads * cfg.head_dim * 4.0;
+  double tokens = static_cast<double>(config.get_size("run.kv_budget")) / std::max(1.0, kv_per_token);
+  tokens = -world.max(-tokens, setup);
+  sc.kv_budget_tokens = std::min<std::int64_t>(static_cast<std::int64_t>(tokens),
+                                               static_cast<std::int64_t>(lo.max_slots) * sc.max_context);
+  eo.job = make_job_token(world, setup);
+  const double t_loaded = now_seconds();
+  // Start-up work that the first request would otherwise pay inside its TTFT (see
+  // warmup.hpp), done here, before the scheduler's clock starts. The TP group runs it
+  // together (its all-reduces); stages run theirs independently.
+  WarmupShape ws;
+  ws.prefill_tokens = static_cast<int>(std::max<std::int64_t>(
+      0, std::min(config.get_int("run.warmup_tokens"), static_cast<std::int64_t>(sc.max_iteration_tokens))));
+  ws.decode_rows = sc.max_seqs_per_group;
+  ws.slots = lo.max_slots;
+  ws.max_context = sc.max_context;
+  ws.first_stage = stage == 0;
+  ws.last_stage = stage == o.pp - 1;
+  const WarmupTimes warm = warm_up_stage(*j->stage, ws);
+  tracer.reset();  // the warm-up's all-reduces are not the run's
+  StartupTimes startup{t_connected - t_begin, t_loaded - t_connected, warm.total_s(), warm.prefill_s, ws.prefill_tokens};
+  j->startup = startup;
+  j->me = me;
+  j->stage_index = stage;
+  j->hosts = static_cast<int>(topo.hosts.size());
+  return j;
+}
+
+}  // namespace trellis::runtime
