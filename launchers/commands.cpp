@@ -25,6 +25,10 @@ constexpr std::array kCommands = {
                 "Generate with a model laid out as --pp stages x --tp ranks (under mpirun); summary, "
                 "--out tokens, --trace timeline",
                 &define_run},
+    CommandSpec{"serve",
+                "Serve the model over an OpenAI-compatible HTTP API (completions, chat, streaming, /metrics) "
+                "from a --pp x --tp job under mpirun",
+                &define_serve},
     CommandSpec{"bench ring",
                 "Pass messages around a ring of ranks over MPI and report latency and bandwidth",
                 &define_bench_ring},

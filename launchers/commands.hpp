@@ -34,6 +34,7 @@ std::span<const GroupSpec> all_groups();
 Action define_info(CLI::App& sub);
 Action define_bench_ring(CLI::App& sub);
 Action define_run(CLI::App& sub);
+Action define_serve(CLI::App& sub);
 Action define_make_model(CLI::App& sub);
 Action define_model_logits(CLI::App& sub);
 Action define_bench_model(CLI::App& sub);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails if a layer includes a header of a layer it may not depend on (DESIGN.md).
 
-Layers point down only: launchers -> runtime -> transport -> topology -> core;
+Layers point down only: launchers -> serve -> runtime -> transport -> topology -> core;
 kernels -> core; sim -> topology, core. Checked on #include "trellis/<layer>/..." lines.
 """
 import pathlib
@@ -15,7 +15,8 @@ ALLOWED = {
     "sim": {"core", "topology"},
     "transport": {"core", "topology"},
     "runtime": {"core", "kernels", "topology", "transport"},
-    "launchers": {"core", "kernels", "topology", "transport", "runtime", "sim"},
+    "serve": {"core", "runtime"},
+    "launchers": {"core", "kernels", "topology", "transport", "runtime", "sim", "serve"},
 }
 INCLUDE = re.compile(r'#\s*include\s*[<"]trellis/(\w+)/')
 

@@ -1,0 +1,202 @@
+// `trellis serve`: the PP x TP engine behind an OpenAI-compatible HTTP server on rank 0.
+// Every rank sets the job up as `trellis run` does (runtime/engine/job.hpp); rank 0 then runs
+// the HTTP server (serve/) and the engine's scheduler takes requests from a LiveQueue until a
+// signal drains and stops it. See docs/serve.md.
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "commands.hpp"
+#include "trellis/runtime/engine/job.hpp"
+#include "trellis/runtime/engine/live.hpp"
+#include "trellis/runtime/tokenizer/tokenizer.hpp"
+#include "trellis/serve/server.hpp"
+
+namespace trellis::launchers {
+namespace {
+
+struct ServeOptions {
+  runtime::GenerateOptions gen;
+  std::string host, api_key, model_name, kv_budget;
+  int port = -1, max_seqs = 0, max_context = 0;
+};
+
+std::atomic<bool> g_serve_stop{false};
+extern "C" void on_serve_signal(int) { g_serve_stop.store(true); }
+
+void apply_flags(Session& s, const ServeOptions& o) {
+  auto set = [&](const char* name, const std::string& v, const char* flag) {
+    s.config.set(name, v, SettingSource::kFlag, flag);
+  };
+  if (!o.host.empty()) set("serve.host", o.host, "--host");
+  if (o.port >= 0) set("serve.port", std::to_string(o.port), "--port");
+  if (!o.api_key.empty()) set("serve.api_key", o.api_key, "--api-key");
+  if (o.max_seqs > 0) set("run.max_seqs", std::to_string(o.max_seqs), "--max-seqs");
+  if (o.max_context > 0) set("run.max_context", std::to_string(o.max_context), "--max-context");
+  if (!o.kv_budget.empty()) set("run.kv_budget", o.kv_budget, "--kv-budget");
+}
+
+serve::ServerOptions server_options(const Config& c, const ServeOptions& o) {
+  serve::ServerOptions so;
+  so.host = c.get_string("serve.host");
+  const auto port = c.get_int("serve.port");
+  if (port < 0 || port > 65535)
+    throw_error(ErrorCode::kInvalidArgument, "serve.port (--port) must be in 0..65535, got {}", port);
+  so.port = static_cast<int>(port);
+  so.api_key = c.get_string("serve.api_key");
+  so.model_name = o.model_name;
+  if (so.model_name.empty())
+    so.model_name = o.gen.model_dir.empty() ? "trellis-" + o.gen.preset
+                                            : std::filesystem::path(o.gen.model_dir).stem().string();
+  so.max_body_bytes = static_cast<std::size_t>(c.get_size("serve.max_body_bytes"));
+  so.max_connections = static_cast<int>(c.get_int("serve.max_connections"));
+  so.header_timeout = c.get_duration("serve.header_timeout_ms");
+  so.body_timeout = c.get_duration("serve.body_timeout_ms");
+  so.idle_timeout = c.get_duration("serve.idle_timeout_ms");
+  so.queue_wait = c.get_duration("serve.queue_wait_ms");
+  so.default_max_tokens = static_cast<int>(c.get_int("serve.default_max_tokens"));
+  if (so.max_connections < 1 || so.default_max_tokens < 1)
+    throw_error(ErrorCode::kInvalidArgument, "serve.max_connections ({}) and serve.default_max_tokens ({}) must be >= 1",
+                so.max_connections, so.default_max_tokens);
+  return so;
+}
+
+// Rank 0, on SIGTERM/SIGINT: refuse new work, let running requests finish for up to
+// serve.drain_ms, then cancel what is left and let the engine stop every rank.
+void drain_on_signal(runtime::LiveQueue& queue, serve::Server& server, Millis drain, const std::atomic<bool>& done) {
+  while (!done.load()) {
+    if (g_serve_stop.load()) {
+      spdlog::info("serve: signal received: no new requests; draining for up to {} ms", drain.count());
+      server.stop_accepting();
+      queue.begin_drain();
+      const auto until = Deadline::after(drain);
+      for (;;) {
+        auto st = queue.stats();
+        if (st.running + st.waiting == 0 || st.failed || done.load()) break;
+        if (until.expired()) {
+          spdlog::warn("serve: drain deadline passed: cancelling {} running and {} waiting requests", st.running,
+                       st.waiting);
+          break;
+        }
+        std::this_thread::sleep_for(Millis(20));
+      }
+      queue.shutdown("the server is shutting down");
+      return;
+    }
+    std::this_thread::sleep_for(Millis(50));
+  }
+}
+
+int run_serve(Session& s, ServeOptions& o) {
+  auto& g = o.gen;
+  if (!s.require_world(g.pp * g.tp == s.size(),
+                       fmt::format("--pp {} x --tp {} needs {} ranks, this job has {}: run it as mpirun -np {} trellis "
+                                   "serve --pp {} --tp {} ...",
+                                   g.pp, g.tp, g.pp * g.tp, s.size(), g.pp * g.tp, g.pp, g.tp)))
+    return 1;
+  apply_flags(s, o);
+  const auto so = server_options(s.config, o);  // every rank: a bad flag fails everywhere alike
+  // Signals first: a SIGTERM during the (long) load must not kill a rank half-way; it is
+  // acted on once serving starts. mpirun forwards it to every rank; only rank 0 acts, the
+  // others stop when its stop message arrives.
+  g_serve_stop = false;
+  std::signal(SIGINT, on_serve_signal);
+  std::signal(SIGTERM, on_serve_signal);
+  auto job = runtime::prepare_job(s.world(), s.config, g);
+  auto& eo = job->eo;
+  eo.serving = true;
+  const Deadline setup = Deadline::after(s.config.get_duration("comm.connect_timeout_ms") * 3);
+  std::optional<runtime::Tokenizer> tokenizer;
+  std::unique_ptr<serve::TextCodec> codec;
+  std::unique_ptr<runtime::LiveQueue> queue;
+  std::unique_ptr<serve::Server> server;
+  std::string failure;
+  if (s.is_root()) {
+    try {
+      if (!g.model_dir.empty()) tokenizer = runtime::Tokenizer::for_model(g.model_dir);
+      codec = tokenizer ? serve::make_tokenizer_codec(*tokenizer)
+                        : serve::make_byte_codec(static_cast<int>(job->cfg.vocab_size));
+      if (!tokenizer)
+        spdlog::warn("serve: {} has no tokenizer trellis reads: text is encoded byte by byte (ids 0-255)",
+                     g.model_dir.empty() ? "a synthetic model" : g.model_dir);
+      runtime::LiveQueue::Limits lim;
+      lim.max_waiting = static_cast<int>(s.config.get_int("serve.max_waiting"));
+      queue = std::make_unique<runtime::LiveQueue>(lim);
+      server = std::make_unique<serve::Server>(so, *queue, *codec);
+      server->start();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  // A server that cannot start (port taken, bad key file) ends every rank with its reason.
+  if (s.world().any(!failure.empty(), setup)) {
+    if (s.is_root()) spdlog::error("serve: {}", failure);
+    return 1;
+  }
+  if (s.is_root()) {
+    eo.live = queue.get();
+    spdlog::info("serve: pp={} tp={} model '{}' on http://{}:{} (KV budget {} positions/rank, context {}); "
+                 "ready once every rank has loaded",
+                 g.pp, g.tp, so.model_name, so.host, server->port(), eo.scheduler.kv_budget_tokens,
+                 eo.scheduler.max_context);
+  }
+  s.world().barrier(setup);
+  std::atomic<bool> done{false};
+  std::thread drainer;
+  if (s.is_root())
+    drainer = std::thread(drain_on_signal, std::ref(*queue), std::ref(*server), s.config.get_duration("serve.drain_ms"),
+                          std::cref(done));
+  auto finish = [&] {
+    done = true;
+    if (drainer.joinable()) drainer.join();
+    if (server) server->stop();
+  };
+  try {
+    runtime::run_engine(s.rank(), job->grid, *job->links, *job->stage, {}, eo, *job->tracer);
+  } catch (...) {
+    finish();
+    throw;
+  }
+  finish();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (s.is_root()) {
+    auto st = queue->stats();
+    spdlog::info("serve: stopped after {} requests ({} finished, {} cancelled, {} rejected), {} tokens generated",
+                 st.submitted, st.finished, st.cancelled, st.rejected, st.generated_tokens);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action define_serve(CLI::App& sub) {
+  auto o = std::make_shared<ServeOptions>();
+  auto& g = o->gen;
+  sub.add_option("--model", g.model_dir, "Checkpoint: a .gguf file (with its tokenizer and chat template) or a directory");
+  sub.add_option("--preset", g.preset, "Without --model: a synthetic model generated in memory (byte-level text)")
+      ->capture_default_str();
+  sub.add_option("--model-name", o->model_name, "The model id clients name (default: the file's stem)");
+  sub.add_option("--variant", g.variant, "Model variant (see docs/variants.md)")->capture_default_str();
+  sub.add_option("--variant-layers", g.variant_layers, "Layers A-B (inclusive) the variant applies to; default all");
+  sub.add_option("--pp", g.pp, "Pipeline stages")->check(CLI::PositiveNumber)->capture_default_str();
+  sub.add_option("--tp", g.tp, "Tensor-parallel ranks per stage")->check(CLI::PositiveNumber)->capture_default_str();
+  sub.add_option("--host", o->host, "Bind address (setting serve.host, default 127.0.0.1: this machine only)");
+  sub.add_option("--port", o->port, "TCP port (setting serve.port, default 8000; 0: any free port)");
+  sub.add_option("--api-key", o->api_key,
+                 "Require 'Authorization: Bearer KEY' on every route but /health (setting serve.api_key; the "
+                 "environment variable TRELLIS_API_KEY keeps it out of the process list)");
+  sub.add_option("--max-seqs", o->max_seqs, "Sequences generating at once over all microbatches (run.max_seqs)");
+  sub.add_option("--max-context", o->max_context, "Longest sequence, prompt + output (run.max_context)");
+  sub.add_option("--kv-budget", o->kv_budget, "KV-cache memory per rank, e.g. 256MiB (run.kv_budget)");
+  sub.add_option("--seed", g.seed, "Seed of the synthetic model's weights")->capture_default_str();
+  sub.add_flag("--pin-cores", g.pin_cores, "Bind each rank to the cores its placement gave it");
+  return [o](Session& s) { return run_serve(s, *o); };
+}
+
+}  // namespace trellis::launchers
