@@ -52,6 +52,42 @@ endif()
 # python on PATH) for reference tests; found at configure time, tests skip without it.
 set(TRELLIS_SYSTEM_PYTHON "/usr/bin/python3" CACHE FILEPATH "Python that has python3-torch")
 
+# Python for the peer comparisons (HF tokenizers, gguf-py, llama-cpp-python, openai): the
+# venv that scripts/setup-peers makes, else python3 on PATH (the tests then skip, or fail
+# under TRELLIS_REQUIRE_PEERS=1). Chosen again at every configure, so a configure after
+# setup-peers picks the venv even in an old build folder; -DTRELLIS_PEER_PYTHON=... pins one.
+if(NOT "$ENV{XDG_CACHE_HOME}" STREQUAL "")
+  set(TRELLIS_PEER_VENV "$ENV{XDG_CACHE_HOME}/trellis/venv")
+else()
+  set(TRELLIS_PEER_VENV "$ENV{HOME}/.cache/trellis/venv")
+endif()
+# _TRELLIS_PEER_PYTHON_AUTO holds the value chosen here, or USER when it was set by hand. A
+# value already in an older cache without it came from this file's former find_program.
+if(DEFINED CACHE{_TRELLIS_PEER_PYTHON_AUTO})
+  if(NOT "${_TRELLIS_PEER_PYTHON_AUTO}" STREQUAL "USER" AND NOT "${TRELLIS_PEER_PYTHON}" STREQUAL "${_TRELLIS_PEER_PYTHON_AUTO}")
+    set(_TRELLIS_PEER_PYTHON_AUTO USER CACHE INTERNAL "")
+  endif()
+elseif(DEFINED TRELLIS_PEER_PYTHON AND NOT EXISTS "${CMAKE_BINARY_DIR}/CMakeCache.txt")
+  set(_TRELLIS_PEER_PYTHON_AUTO USER CACHE INTERNAL "")  # -D on the first configure
+endif()
+if(NOT "${_TRELLIS_PEER_PYTHON_AUTO}" STREQUAL "USER")
+  if(EXISTS "${TRELLIS_PEER_VENV}/bin/python3")
+    set(_trellis_peer_python "${TRELLIS_PEER_VENV}/bin/python3")
+  else()
+    find_program(_trellis_peer_python NAMES python3 NO_CACHE)
+  endif()
+  set(TRELLIS_PEER_PYTHON "${_trellis_peer_python}" CACHE FILEPATH
+    "Python with tokenizers/gguf/llama_cpp/openai for peer checks (default: the scripts/setup-peers venv)" FORCE)
+  set(_TRELLIS_PEER_PYTHON_AUTO "${TRELLIS_PEER_PYTHON}" CACHE INTERNAL "")
+endif()
+if(TRELLIS_PEER_PYTHON STREQUAL "${TRELLIS_PEER_VENV}/bin/python3")
+  set(_trellis_peer_why "the scripts/setup-peers venv")
+elseif("${_TRELLIS_PEER_PYTHON_AUTO}" STREQUAL "USER")
+  set(_trellis_peer_why "set by hand")
+else()
+  set(_trellis_peer_why "no venv at ${TRELLIS_PEER_VENV}: run scripts/setup-peers, then configure again")
+endif()
+
 function(trellis_print_summary)
   message(STATUS "")
   message(STATUS "trellis ${PROJECT_VERSION} configuration")
@@ -70,5 +106,6 @@ function(trellis_print_summary)
     message(STATUS "  CUDA / NCCL    : not built (${_trellis_cuda_why})")
   endif()
   message(STATUS "  tests          : ${TRELLIS_BUILD_TESTS}   benchmarks: ${TRELLIS_BUILD_BENCHMARKS}")
+  message(STATUS "  peer python    : ${TRELLIS_PEER_PYTHON} (${_trellis_peer_why})")
   message(STATUS "")
 endfunction()

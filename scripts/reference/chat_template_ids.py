@@ -9,7 +9,8 @@ tests/tokenizer/chat_expected.json. tokenizer_test.cpp (ChatTemplateIdsMatchPeer
 that trellis's C++ ChatML rendering + tokenizer give the same text and the same ids.
 
 Usage: chat_template_ids.py [--gguf FILE] [--out tests/tokenizer/chat_expected.json]
-Exit 0 written, 1 when the peers disagree, 77 when the model or a package is missing.
+Exit 0 written, 1 when the peers disagree, 77 when the model or a package is missing (1 under
+TRELLIS_REQUIRE_PEERS=1).
 """
 import argparse
 import json
@@ -17,7 +18,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_cpp_tokenize import SKIP, hf_encoder, llama_encoder, model_path  # noqa: E402
+from llama_cpp_tokenize import hf_encoder, llama_encoder  # noqa: E402
+from peers import missing, missing_modules, model_missing, model_path  # noqa: E402
 
 CONVERSATIONS = [
     [{"role": "user", "content": "What is the capital of France?"}],
@@ -45,17 +47,14 @@ def main():
     a = ap.parse_args()
     path = a.gguf or model_path()
     if not path:
-        print("SmolLM2 GGUF not installed: run scripts/setup-models", file=sys.stderr)
-        return SKIP
-    try:
-        import jinja2
-    except ImportError:
-        print("jinja2 not installed", file=sys.stderr)
-        return SKIP
+        return missing(model_missing())
+    why = missing_modules("jinja2", "tokenizers", "gguf", "llama_cpp")
+    if why:
+        return missing(why)
+    import jinja2
     hf, llama = hf_encoder(path), llama_encoder(path)
-    if hf is None or llama is None:
-        print("needs both `tokenizers`+`gguf` and llama-cpp-python", file=sys.stderr)
-        return SKIP
+    if hf is None:
+        return missing(f"the hf tokenizers peer cannot model {path}'s pre-tokenizer")
     tpl = jinja2.Environment().from_string(template(path))
     cases = []
     for conv in CONVERSATIONS:

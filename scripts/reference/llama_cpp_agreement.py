@@ -22,7 +22,8 @@ Usage: llama_cpp_agreement.py --tool PATH/gguf_forward_tool [--gguf FILE] [--thr
          [--weights-format dequant|native] [--trellis-kv f32|bf16] [--noise-floor]
          [--make-f32 PATH/gguf_convert_tool --kv-f32] [--min-top1 .99 --min-greedy .9 --max-ppl-rel .01]
          [--bench-steps 64 --bench-reps 3]
-Exit: 0 targets met, 1 missed, 77 skipped (no model or no llama_cpp).
+Exit: 0 targets met, 1 missed, 77 skipped (no model or no llama_cpp; exit 1 instead under
+TRELLIS_REQUIRE_PEERS=1).
 """
 import argparse
 import importlib.util
@@ -33,9 +34,7 @@ import sys
 import tempfile
 import time
 
-from llama_cpp_tokenize import model_path
-
-SKIP = 77
+from peers import missing, missing_modules, model_missing, model_path
 
 PROMPTS = [
     "What is the capital of France?", "Write a haiku about autumn leaves.",
@@ -367,11 +366,11 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     if not a.gguf:
-        print("SKIP: no SmolLM2 GGUF recorded (run scripts/setup-models)")
-        return SKIP
-    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("numpy") is None:
-        print("SKIP: llama_cpp (llama-cpp-python) not importable (scripts/setup-models --peers)")
-        return SKIP
+        return missing(model_missing())
+    # --noise-floor dequantises the embeddings with gguf-py.
+    why = missing_modules("llama_cpp", "numpy", *(["gguf"] if a.noise_floor else []))
+    if why:
+        return missing(why)
     import llama_cpp
     tmp_f32 = None
     if a.make_f32:

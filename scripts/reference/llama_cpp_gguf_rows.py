@@ -5,17 +5,15 @@ row order of Q/K undone, dequantised to f32) must equal gguf-py's dequantisation
 inverse of llama.cpp's converter permutation applied here independently.
 
 Usage: llama_cpp_gguf_rows.py --tool PATH/gguf_rows_tool [--gguf FILE]
-Exit: 0 equal, 1 different, 77 skipped (no model or no gguf/numpy).
+Exit: 0 equal, 1 different, 77 skipped (no model or no gguf/numpy; exit 1 instead under
+TRELLIS_REQUIRE_PEERS=1).
 """
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
 
-from llama_cpp_tokenize import model_path
-
-SKIP = 77
+from peers import missing, missing_modules, model_missing, model_path
 
 
 def unpermute(w, n_head):
@@ -31,11 +29,10 @@ def main():
     ap.add_argument("--tool", required=True)
     a = ap.parse_args()
     if not a.gguf:
-        print("SKIP: no SmolLM2 GGUF recorded (run scripts/setup-models)")
-        return SKIP
-    if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("numpy") is None:
-        print("SKIP: gguf-py or numpy missing (scripts/setup-models --peers)")
-        return SKIP
+        return missing(model_missing())
+    why = missing_modules("gguf", "numpy")
+    if why:
+        return missing(why)
     import numpy as np
     import gguf
     from gguf.quants import dequantize

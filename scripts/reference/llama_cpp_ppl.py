@@ -15,7 +15,8 @@ Usage:
 --trellis runs the given `trellis eval ppl ... --json` command line (the same --text/--ctx/
 --max-windows must be in it; --model GGUF is appended when absent) and prints both; with
 --max-rel the exit status is 1 when the relative difference exceeds it (or the token counts
-differ). Exit 77 (skipped) without the model or llama-cpp-python.
+differ). Exit 77 (skipped) without the model or llama-cpp-python (exit 1 instead under
+TRELLIS_REQUIRE_PEERS=1).
 """
 import argparse
 import json
@@ -26,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_cpp_tokenize import SKIP, model_path  # noqa: E402
+from peers import missing, missing_modules, model_missing, model_path  # noqa: E402
 
 
 def llama_ppl(a):
@@ -82,13 +83,10 @@ def main():
     a = ap.parse_args()
     a.gguf = a.gguf or model_path()
     if not a.gguf:
-        print("SmolLM2 GGUF not installed: run scripts/setup-models", file=sys.stderr)
-        return SKIP
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        print("llama-cpp-python not installed: run scripts/setup-models --peers", file=sys.stderr)
-        return SKIP
+        return missing(model_missing())
+    why = missing_modules("llama_cpp", "numpy")
+    if why:
+        return missing(why)
     ref = llama_ppl(a)
     out = {"llama.cpp": ref}
     status = 0

@@ -11,15 +11,18 @@ Usage:
   llama_cpp_tokenize.py [--gguf FILE] --strings strings.json --trellis-tool PATH [--peer hf|llama|all]
 The trellis tool is run as `PATH FILE strings.json` and prints one JSON list of id lists.
 Exit status: 0 when every available peer gives identical ids, 1 on a mismatch, 77 when no
-peer or the model is available (CTest reports it as skipped).
+peer or the model is available (CTest reports it as skipped). Under TRELLIS_REQUIRE_PEERS=1
+(CI) every requested peer and the model must be there: a missing one is exit 1, named.
 """
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
-SKIP = 77
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import SKIP, missing, missing_modules, model_missing, model_path, required  # noqa: E402,F401
 
 
 def gguf_vocab(path):
@@ -66,18 +69,6 @@ def llama_encoder(path):
     return lambda s: llm.tokenize(s.encode("utf-8"), add_bos=False, special=True)
 
 
-def model_path():
-    """TRELLIS_SMOLLM2_GGUF from the environment or ~/.cache/trellis/models.env, or ''."""
-    import os
-    p = os.environ.get("TRELLIS_SMOLLM2_GGUF", "")
-    env = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "trellis", "models.env")
-    if not p and os.path.isfile(env):
-        for line in open(env):
-            if line.startswith("TRELLIS_SMOLLM2_GGUF="):
-                p = line.strip().split("=", 1)[1]
-    return p if p and os.path.isfile(p) else ""
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gguf", default=model_path())
@@ -86,22 +77,29 @@ def main():
     ap.add_argument("--peer", default="all", choices=["hf", "llama", "all"])
     a = ap.parse_args()
     if not a.gguf:
-        print("SKIP: no SmolLM2 GGUF recorded (run scripts/setup-models)")
-        return SKIP
+        return missing(model_missing())
     strings = json.load(open(a.strings, encoding="utf-8"))
     ours = json.loads(subprocess.run([a.trellis_tool, a.gguf, a.strings], check=True,
                                      capture_output=True).stdout)
     assert len(ours) == len(strings)
-    peers = {}
+    peers, absent = {}, {}
     if a.peer in ("hf", "all"):
-        peers["hf tokenizers"] = hf_encoder(a.gguf)
+        why = missing_modules("tokenizers", "gguf")
+        enc = None if why else hf_encoder(a.gguf)
+        if enc is None:
+            absent["hf tokenizers"] = why or "its pre-tokenizer is not modelled here"
+        else:
+            peers["hf tokenizers"] = enc
     if a.peer in ("llama", "all"):
-        peers["llama.cpp"] = llama_encoder(a.gguf)
-    peers = {k: v for k, v in peers.items() if v is not None}
-    if not peers:
-        print("SKIP: neither `tokenizers`+`gguf` nor `llama_cpp` is importable "
-              "(scripts/setup-models --peers)")
-        return SKIP
+        why = missing_modules("llama_cpp")
+        if why:
+            absent["llama.cpp"] = why
+        else:
+            peers["llama.cpp"] = llama_encoder(a.gguf)
+    if absent and (required() or not peers):
+        return missing("; ".join(f"peer {k}: {v}" for k, v in absent.items()))
+    for k, v in absent.items():
+        print(f"not compared with {k}: {v}")
     bad = 0
     for name, enc in peers.items():
         mism = [(i, s) for i, s in enumerate(strings) if enc(s) != ours[i]]

@@ -11,7 +11,8 @@ Subcommands
   check  make tiny checkpoints with `trellis make-model`, run `trellis model-logits` at t=1
          and (with --mpirun) t=2, and compare its logits with this forward for the prefill
          of a batch of prompts of different lengths (every position) and for several
-         teacher-forced decode steps. Exit 0: all match; 1: a mismatch; 77: skipped.
+         teacher-forced decode steps. Exit 0: all match; 1: a mismatch; 77: skipped (no
+         torch; exit 1 instead under TRELLIS_REQUIRE_PEERS=1).
   bench  decode tokens/s at batch 1 of PyTorch eager on a checkpoint (one JSON line);
          `trellis bench model` runs this in the same run as its own measurement.
 
@@ -34,11 +35,13 @@ import sys
 import tempfile
 import time
 
-try:
-    import torch
-except ImportError as e:  # the CTest treats 77 as "skipped"
-    print(f"SKIP: torch is not importable by {sys.executable} ({e}); install python3-torch")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import missing, missing_modules  # noqa: E402
+
+_why = missing_modules("torch")
+if _why:  # 77: CTest's "skipped"; 1 under TRELLIS_REQUIRE_PEERS=1
+    sys.exit(missing(_why))
+import torch  # noqa: E402
 
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 TOLERANCE = {"f32": 1e-4, "bf16": 1e-4, "f16": 1e-4}

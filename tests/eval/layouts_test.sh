@@ -4,7 +4,8 @@
 #     `trellis eval ppl` on the synthetic tiny model: pp x tp in {2x1, 1x2, 2x2} give the
 #     single-rank perplexity (to 1e-5 relative; TP sums in a different order).
 #   layouts_test.sh smollm2 TRELLIS MPIEXEC [FLAGS...]
-#     SmolLM2 (skips with exit 77 when scripts/setup-models has not installed it): greedy
+#     SmolLM2 (skips with exit 77 when scripts/setup-models has not installed it, fails under
+#     TRELLIS_REQUIRE_PEERS=1): greedy
 #     `trellis run --chat` output at p x t in {2x1, 1x3, 2x3} equals 1x1 token for token on
 #     three chat prompts (16 new tokens), a chat answer ends at the end-of-turn id, t=2 fails
 #     naming the heads and the valid t, and eval ppl at 2x3 equals 1x1 (1e-5 relative).
@@ -35,9 +36,20 @@ fi
 
 GGUF="${TRELLIS_SMOLLM2_GGUF:-}"
 ENV_FILE="${XDG_CACHE_HOME:-$HOME/.cache}/trellis/models.env"
-[ -z "$GGUF" ] && [ -f "$ENV_FILE" ] && GGUF=$(sed -n 's/^TRELLIS_SMOLLM2_GGUF=//p' "$ENV_FILE" | tail -1)
+WHERE="TRELLIS_SMOLLM2_GGUF=$GGUF"
+if [ -z "$GGUF" ]; then
+  [ -f "$ENV_FILE" ] && GGUF=$(sed -n 's/^TRELLIS_SMOLLM2_GGUF=//p' "$ENV_FILE" | tail -1)
+  WHERE="$ENV_FILE records TRELLIS_SMOLLM2_GGUF=$GGUF"
+  [ -f "$ENV_FILE" ] || WHERE="TRELLIS_SMOLLM2_GGUF is unset and $ENV_FILE does not exist"
+  [ -f "$ENV_FILE" ] && [ -z "$GGUF" ] && WHERE="TRELLIS_SMOLLM2_GGUF is unset and $ENV_FILE has no TRELLIS_SMOLLM2_GGUF= line"
+fi
 if [ -z "$GGUF" ] || [ ! -f "$GGUF" ]; then
-  echo "SmolLM2 GGUF not installed: run scripts/setup-models (skipped)"; exit 77
+  [ -n "$GGUF" ] && WHERE="$WHERE, which is not a file"
+  # Skipped (77), except under TRELLIS_REQUIRE_PEERS=1 (CI), where a skip is a failure.
+  if [ "${TRELLIS_REQUIRE_PEERS:-}" = 1 ]; then
+    echo "FAIL SmolLM2 GGUF missing ($WHERE; run scripts/setup-models) [TRELLIS_REQUIRE_PEERS=1: not skipped]"; exit 1
+  fi
+  echo "SmolLM2 GGUF missing ($WHERE; run scripts/setup-models): skipped"; exit 77
 fi
 cat > "$WORK/chat.jsonl" <<'P'
 {"id": "capital", "text": "What is the capital of France?", "sampling": {"greedy": true, "max_tokens": 16}}
