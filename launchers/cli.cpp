@@ -89,7 +89,14 @@ std::string first_unknown_command(int argc, char** argv) {
 int run_action(const Action& action, Config config) {
   Session session;
   session.config = std::move(config);
-  session.under_mpirun = launched_by_mpirun();
+  session.launch = detect_launch();
+  if (auto why = session.launch.refusal(); !why.empty()) {
+    // Every task refuses alike (each would otherwise be a world of one); task 0 says why.
+    if (session.launch.slurm_task <= 0) std::cerr << "trellis: " << why << "\n";
+    return kExitUsage;
+  }
+  if (auto hint = session.launch.hint(); !hint.empty()) std::cerr << "trellis: " << hint << "\n";
+  session.under_mpirun = session.launch.uses_mpi();
   session.world_ptr = session.under_mpirun ? transport::make_mpi_bootstrap() : transport::make_local_bootstrap();
   LogOptions log;
   log.rank = session.rank();

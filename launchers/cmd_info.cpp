@@ -1,5 +1,5 @@
-// `trellis info`: what this build is, what it can reach, how it is configured, and (under
-// mpirun) where every rank runs.
+// `trellis info`: what this build is, what it can reach, how it is configured, how it was
+// launched (mpirun, srun with PMIx/PMI-2, Slurm job and step) and where every rank runs.
 #include <spdlog/spdlog.h>
 #include <spdlog/version.h>
 #include <unistd.h>
@@ -87,9 +87,48 @@ void print_libraries(const nlohmann::json& j) {
                              r["device"].get<std::string>(), r["type"].get<std::string>());
 }
 
+nlohmann::json launch_json(const LaunchInfo& l) {
+  nlohmann::json j = {{"launcher", l.launcher()}, {"description", l.describe()}};
+  if (!l.slurm_job.empty()) {
+    j["slurm"] = {{"job", l.slurm_job}, {"step", l.slurm_step}, {"cluster", l.slurm_cluster},
+                  {"nodelist", l.slurm_nodelist}, {"nodes", l.slurm_nodes}, {"tasks", l.slurm_tasks},
+                  {"mpi", l.slurm_mpi}, {"task", l.slurm_task}, {"local_task", l.slurm_local_task},
+                  {"node_index", l.slurm_node_index}, {"node", l.slurm_node}};
+  }
+  if (!l.pmix_namespace.empty()) j["pmix_namespace"] = l.pmix_namespace;
+  nlohmann::json vars = nlohmann::json::object();
+  for (const auto& [k, v] : l.variables) vars[k] = v;
+  j["environment"] = vars;
+  return j;
+}
+
+// The launcher and the variables it set that trellis reads (rank 0's view). The rank, the
+// world and the hosts themselves come from MPI (PMIx under srun), not from these.
+void print_launch(const LaunchInfo& l) {
+  std::cout << "\nlaunch\n  " << l.describe() << "\n";
+  static constexpr const char* kShown[] = {
+      "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_JOB_ID",
+      "SLURM_STEP_ID",        "SLURM_PROCID",         "SLURM_LOCALID",              "SLURM_NODEID",
+      "SLURMD_NODENAME",      "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES",       "SLURM_STEP_NODELIST",
+      "SLURM_STEP_TASKS_PER_NODE", "SLURM_MPI_TYPE",  "SLURM_JOB_NODELIST",         "SLURM_NTASKS",
+      "PMIX_RANK",            "PMIX_NAMESPACE",       "PMIX_VERSION",               "PMI_RANK",
+      "PMI_SIZE"};
+  std::string line;
+  for (const char* name : kShown) {
+    for (const auto& [k, v] : l.variables) {
+      if (k != name) continue;
+      line += fmt::format("{}{}={}", line.empty() ? "" : " ", k, v);
+    }
+  }
+  if (!line.empty()) std::cout << "  " << line << "\n";
+}
+
 int run_info(Session& s, const InfoOptions& o) {
   // Every rank reports where it runs; rank 0 prints the whole world.
-  nlohmann::json me = {{"rank", s.rank()}, {"host", s.world().hostname()}, {"pid", ::getpid()}};
+  nlohmann::json me = {{"rank", s.rank()}, {"host", s.world().hostname()}, {"pid", ::getpid()},
+                       {"local_rank", s.launch.local_rank}};
+  if (!s.launch.slurm_node.empty()) me["slurm_node"] = s.launch.slurm_node;
+  if (s.launch.slurm_task >= 0) me["slurm_task"] = s.launch.slurm_task;
   auto all = transport::allgather_strings(s.world(), me.dump(), s.deadline());
   if (!s.is_root()) return 0;
   nlohmann::json ranks = nlohmann::json::array();
@@ -100,17 +139,25 @@ int run_info(Session& s, const InfoOptions& o) {
     return 0;
   }
   nlohmann::json j = library_json(transport::query_libraries());
-  j["world"] = {{"size", s.size()}, {"mpi", s.under_mpirun}, {"ranks", ranks}};
+  j["world"] = {{"size", s.size()}, {"mpi", s.under_mpirun}, {"launcher", s.launch.launcher()}, {"ranks", ranks}};
+  j["launch"] = launch_json(s.launch);
   if (o.json) {
     j["config"] = config_json(s.config);
     std::cout << j.dump(2) << "\n";
     return 0;
   }
   print_libraries(j);
-  std::cout << fmt::format("\nranks: {} ({})\n", s.size(), s.under_mpirun ? "under mpirun" : "single process, no MPI");
-  for (const auto& r : ranks)
-    std::cout << fmt::format("  rank {:<4} host {:<20} pid {}\n", r["rank"].get<int>(),
-                             r["host"].get<std::string>(), r["pid"].get<int>());
+  print_launch(s.launch);
+  std::cout << fmt::format("\nranks: {} ({})\n", s.size(),
+                           s.under_mpirun ? "under " + s.launch.launcher() : "single process, no MPI");
+  for (const auto& r : ranks) {
+    const int local = r.value("local_rank", -1);
+    std::cout << fmt::format("  rank {:<4} host {:<20} local {:<4} pid {}{}\n", r["rank"].get<int>(),
+                             r["host"].get<std::string>(), local >= 0 ? std::to_string(local) : "-", r["pid"].get<int>(),
+                             r.contains("slurm_node") && r["slurm_node"] != r["host"]
+                                 ? " (Slurm node " + r["slurm_node"].get<std::string>() + ")"
+                                 : "");
+  }
   return 0;
 }
 

@@ -2,9 +2,12 @@
 // model on a cluster before anyone books it, ranks them by throughput under the SLO and
 // says why the winner wins. The cluster comes from the topology layer (synthetic spec,
 // hwloc XML files, or this machine); the numbers from sim's catalogs or a calibration file.
+// `--sbatch FILE` writes a Slurm batch script that runs the top pick with srun --mpi=pmix.
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -36,6 +39,8 @@ struct PlanOptions {
   std::string sim_model = "refined";
   std::string dtype = "auto";
   std::string validate;
+  std::string sbatch;  // FILE, or "-" for stdout
+  std::string command_line;  // as typed, for the script's header
   int prompt_len = 1024, gen_len = 512, top = 10, ranks_per_host = 0;
   bool json = false, no_sipipe = false, no_nvlink = false, no_replicas = false;
 };
@@ -131,11 +136,18 @@ void apply_calibration(sim::PlanRequest& r, const sim::Calibration& cal) {
                                              cal.origin(), c->device, r.cluster.device.name));
 }
 
-sim::PlanRequest build_request(const PlanOptions& o, std::optional<sim::Calibration>& cal) {
+// `cores_per_host` (may be null): the smallest host's cores, 0 when unknown.
+sim::PlanRequest build_request(const PlanOptions& o, std::optional<sim::Calibration>& cal,
+                               int* cores_per_host = nullptr) {
   sim::PlanRequest r;
   r.model = sim::load_model(o.model);
   std::string device = o.gpu;
   topology::Topology topo = load_cluster(o, device);
+  if (cores_per_host) {
+    *cores_per_host = 0;
+    for (const auto& h : topo.hosts)
+      *cores_per_host = *cores_per_host == 0 ? h.core_count() : std::min(*cores_per_host, h.core_count());
+  }
   if (o.no_nvlink) topo = topology::without_nvlink(std::move(topo));
   if (!o.calibration.empty()) cal = sim::Calibration::load(o.calibration);
   r.cluster = sim::make_cluster_view(topo, device, cal ? &*cal : nullptr, o.ranks_per_host);
@@ -232,7 +244,7 @@ void print_text(const sim::PlanRequest& r, const sim::PlanResult& res, const Pla
                              layout_name(c), c.layout.microbatches, sim::to_string(c.layout.variant), c.batch,
                              c.total_tokens_per_s, c.total_tokens_per_s / n, p.tpot_s * 1e3, p.ttft_s * 1e3,
                              p.memory.total() / sim::kGiB, c.tp_link,
-                             c.layout.variant == sim::Variant::kNocomm ? " (bound: outputs wrong)" : "");
+                             c.layout.variant == sim::Variant::kNoComm ? " (bound: outputs wrong)" : "");
   }
   std::cout << "\nwhy #1: " << res.why << "\n";
   std::cout << "rejected:";
@@ -241,9 +253,95 @@ void print_text(const sim::PlanRequest& r, const sim::PlanResult& res, const Pla
   for (const auto& w : res.ranked.front().prediction.warnings) std::cout << "warning: " << w << "\n";
 }
 
+// Quotes a word for a POSIX shell when it needs it.
+std::string shell_quote(const std::string& w) {
+  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=.,/:@%") ==
+                        std::string::npos)
+    return w;
+  std::string out = "'";
+  for (char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The checkpoint `trellis run` loads: --model when it is a directory or a config.json (its
+// directory), absolute; empty for a catalog name (the script then wants TRELLIS_MODEL).
+std::string checkpoint_of(const std::string& model) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p(model);
+  if (fs::is_regular_file(p, ec) && p.filename() == "config.json") p = p.parent_path();
+  if (!fs::is_directory(p, ec)) return {};
+  return fs::absolute(p, ec).lexically_normal().string();
+}
+
+// The first ranked layout that computes the model's real outputs (nocomm is a bound).
+const sim::Candidate* sbatch_pick(const sim::PlanResult& res) {
+  for (const auto& c : res.ranked)
+    if (c.layout.variant != sim::Variant::kNoComm) return &c;
+  return nullptr;
+}
+
+// A Slurm batch script for one candidate: one job step of p x t tasks started by
+// `srun --mpi=pmix` (each replica is one task of a job array), as many tasks per node as
+// the plan put ranks on a host, one GPU per task on GPU clusters.
+std::string sbatch_script(const sim::PlanRequest& r, const sim::Candidate& c, const PlanOptions& o, int cores_per_host) {
+  const int ranks = c.layout.p * c.layout.t;
+  const int per_host = std::max(1, std::min(r.cluster.devices_per_host, ranks));
+  const int nodes = (ranks + per_host - 1) / per_host;
+  const bool gpu = r.cluster.device.kind == sim::DeviceKind::kGpu;
+  const int cpus_per_task = cores_per_host > 0 ? std::max(1, cores_per_host / std::max(1, r.cluster.devices_per_host)) : 0;
+  const std::string checkpoint = checkpoint_of(o.model);
+  // A catalog name, or the checkpoint directory's name: what Slurm lists the job as.
+  std::string name = checkpoint.empty() ? r.model.name : std::filesystem::path(checkpoint).filename().string();
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_') ch = '-';
+  const auto& p = c.prediction;
+  std::string s = "#!/bin/bash\n";
+  s += fmt::format("# trellis plan's pick for {} on {}:\n", checkpoint.empty() ? r.model.name : checkpoint,
+                   r.cluster.description);
+  s += fmt::format("#   {} replica(s) x pp {} x tp {}, variant {}, batch {} per replica, {} microbatch(es);\n", c.replicas,
+                   c.layout.p, c.layout.t, sim::to_string(c.layout.variant), c.batch, c.layout.microbatches);
+  s += fmt::format("#   predicted {:.0f} tokens/s in all, TPOT {:.2f} ms, TTFT {:.1f} ms, {:.1f} GiB per {}.\n",
+                   c.total_tokens_per_s, p.tpot_s * 1e3, p.ttft_s * 1e3, p.memory.total() / sim::kGiB,
+                   gpu ? "GPU" : "rank");
+  s += fmt::format("# Written by: {}\n", o.command_line);
+  s += "# Submit: sbatch THIS_FILE";
+  s += checkpoint.empty() ? fmt::format(" with TRELLIS_MODEL=<{}'s checkpoint: a directory with config.json and "
+                                        "safetensors, or a .gguf>",
+                                        r.model.name)
+                          : " (TRELLIS_MODEL=... to load another checkpoint)";
+  s += "; TRELLIS=... picks the binary. docs/launch.md\n";
+  s += fmt::format("#SBATCH --job-name=trellis-{}-{}\n", name, layout_name(c));
+  s += fmt::format("#SBATCH --nodes={}\n", nodes);
+  if (ranks % per_host != 0) s += fmt::format("#SBATCH --ntasks={}\n", ranks);
+  s += fmt::format("#SBATCH --ntasks-per-node={}\n", per_host);
+  if (gpu) s += "#SBATCH --gpus-per-task=1\n";
+  if (cpus_per_task > 0) s += fmt::format("#SBATCH --cpus-per-task={}\n", cpus_per_task);
+  if (c.replicas > 1) {
+    s += fmt::format("# One array task per data-parallel replica ({}); give each its own prompts (--prompts).\n",
+                     c.replicas);
+    s += fmt::format("#SBATCH --array=0-{}\n", c.replicas - 1);
+  }
+  s += "#SBATCH --output=trellis-%j.out\n";
+  s += "set -euo pipefail\n";
+  s += "TRELLIS=${TRELLIS:-trellis}\n";
+  s += fmt::format("MODEL=${{TRELLIS_MODEL:-{}}}\n", shell_quote(checkpoint));
+  s += fmt::format("[ -n \"$MODEL\" ] && [ -e \"$MODEL\" ] || {{ echo \"set TRELLIS_MODEL to {}'s checkpoint "
+                   "(directory with config.json + safetensors, or a .gguf); got '$MODEL'\" >&2; exit 2; }}\n",
+                   name);
+  s += "# srun starts the tasks on the nodes Slurm gave; PMIx (--mpi=pmix) gives each its MPI rank.\n";
+  s += fmt::format("srun --mpi=pmix \"$TRELLIS\" run --model \"$MODEL\" --pp {} --tp {}", c.layout.p, c.layout.t);
+  if (c.layout.variant != sim::Variant::kStandard) s += fmt::format(" --variant {}", sim::to_string(c.layout.variant));
+  s += fmt::format(" --max-seqs {} \\\n  --workload n={},in={},out={} --out \"trellis-$SLURM_JOB_ID.jsonl\"\n",
+                   c.batch, c.batch, r.work.prompt_len, r.work.gen_len);
+  return s;
+}
+
 int run_plan(Session&, const PlanOptions& o) {
   std::optional<sim::Calibration> cal;
-  sim::PlanRequest r = build_request(o, cal);
+  int cores_per_host = 0;
+  sim::PlanRequest r = build_request(o, cal, &cores_per_host);
+  if (o.sbatch == "-" && o.json) throw_error(ErrorCode::kInvalidArgument, "--sbatch - and --json both want stdout");
   if (!o.validate.empty()) {
     std::cout << sim::format_validation(sim::validate(r, sim::load_measurements(o.validate), cal ? &*cal : nullptr));
     return 0;
@@ -258,6 +356,21 @@ int run_plan(Session&, const PlanOptions& o) {
                                           r.cluster.hosts, r.cluster.devices_per_host, r.cluster.device.name,
                                           o.sim_model));
   }
+  const sim::Candidate* pick = o.sbatch.empty() ? nullptr : sbatch_pick(res);
+  if (!o.sbatch.empty() && !res.ranked.empty()) {
+    if (!pick) throw_error(ErrorCode::kNotFound, "--sbatch: every ranked layout is the nocomm bound (outputs wrong)");
+    const std::string script = sbatch_script(r, *pick, o, cores_per_host);
+    if (o.sbatch == "-") {
+      std::cout << script;
+      return 0;
+    }
+    std::ofstream f(o.sbatch);
+    if (!f || !(f << script)) throw_error(ErrorCode::kIo, "--sbatch {}: cannot write", o.sbatch);
+    f.close();
+    std::error_code ec;
+    std::filesystem::permissions(o.sbatch, std::filesystem::perms::owner_exec | std::filesystem::perms::group_exec,
+                                 std::filesystem::perm_options::add, ec);
+  }
   if (o.json) {
     nlohmann::json j = {{"model", r.model.name}, {"cluster", r.cluster.description}, {"evaluated", res.evaluated},
                         {"search_ms", ms}, {"binding_constraint", res.binding_constraint}, {"why", res.why},
@@ -266,9 +379,13 @@ int run_plan(Session&, const PlanOptions& o) {
     for (int i = 0; i < std::min<int>(o.top, static_cast<int>(res.ranked.size())); ++i)
       j["ranked"].push_back(candidate_json(res.ranked[static_cast<std::size_t>(i)]));
     j["rejected_counts"] = rejection_counts(res);
+    if (pick) j["sbatch"] = {{"file", o.sbatch}, {"layout", candidate_json(*pick)}};
     std::cout << j.dump(2) << "\n";
   } else {
     print_text(r, res, o, ms);
+    if (pick)
+      std::cout << fmt::format("sbatch script for {} (pp {} x tp {}, {}) written to {}: sbatch {}\n", layout_name(*pick),
+                               pick->layout.p, pick->layout.t, sim::to_string(pick->layout.variant), o.sbatch, o.sbatch);
   }
   return res.ranked.empty() ? 1 : 0;
 }
@@ -302,8 +419,25 @@ Action define_plan(CLI::App& sub) {
   sub.add_flag("--no-replicas", o->no_replicas, "Only layouts with p x t = all devices (no data-parallel replicas)");
   sub.add_option("--svg", o->svg, "Write the throughput-TPOT Pareto frontier per variant to this SVG file");
   sub.add_option("--validate", o->validate, "Compare predictions with measured runs in this JSON file (docs/planner.md)");
+  sub.add_option("--sbatch", o->sbatch,
+                 "Write a Slurm batch script for the top pick to FILE (- prints it instead of the table): "
+                 "#SBATCH --nodes/--ntasks-per-node/--gpus-per-task and `srun --mpi=pmix trellis run ...` "
+                 "(docs/launch.md)");
   sub.add_flag("--json", o->json, "Print JSON");
-  return [o](Session& s) { return run_plan(s, *o); };
+  CLI::App* app = &sub;  // outlives the action: the CLI app runs it after parsing
+  return [o, app](Session& s) {
+    o->command_line = "trellis plan";
+    for (const CLI::Option* opt : app->get_options()) {
+      if (opt->count() == 0 || opt->get_name() == "--help") continue;
+      const std::string name = opt->get_name(false, true);
+      if (opt->get_expected_min() == 0) {
+        o->command_line += " " + name;
+        continue;
+      }
+      for (const auto& v : opt->results()) o->command_line += " " + name + " " + shell_quote(v);
+    }
+    return run_plan(s, *o);
+  };
 }
 
 }  // namespace trellis::launchers

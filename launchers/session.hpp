@@ -7,13 +7,15 @@
 #include <string_view>
 
 #include "trellis/core/config.hpp"
+#include "environment.hpp"
 #include "trellis/transport/bootstrap.hpp"
 
 namespace trellis::launchers {
 
 struct Session {
   Config config;
-  bool under_mpirun = false;
+  bool under_mpirun = false;  // an MPI world: mpirun, or srun with a PMI plugin (launch says which)
+  LaunchInfo launch;          // how the process was started (launcher, Slurm job/step, PMIx)
   std::unique_ptr<transport::Bootstrap> world_ptr;
 
   transport::Bootstrap& world() { return *world_ptr; }

@@ -30,6 +30,21 @@ check "bad --set names setting"        2 "no.such"               -- "$T" --set n
 check "bad log level"                  2 "loud"                  -- "$T" --log-level loud info
 check "ring needs 2 ranks"             1 "at least 2 ranks"      -- "$T" bench ring
 check "bad size flag names flag"       1 "--max-size"            -- "$T" bench ring --max-size 12parsecs
+check "run --prompt prints the answer" 0 "answer:"              -- "$T" run --preset tiny --prompt "hello" --max-tokens 3
+check "run --chat needs a prompt"      2 "--chat needs text prompts" -- "$T" run --preset tiny --chat
+check "run --max-tokens must be > 0"   2 "--max-tokens"          -- "$T" run --preset tiny --prompt hi --max-tokens 0
+check "serve: bad port named"          1 "serve.port"            -- "$T" serve --preset tiny --port 70000
+# Slurm's variables without a Slurm (the real thing: tests/multihost/slurm_2x2.sh).
+NOMPI=(env -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMI_RANK -u PMI_SIZE -u PMI_FD SLURM_JOB_ID=7 SLURM_CLUSTER_NAME=c)
+SRUN4=("${NOMPI[@]}" SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=4 SLURM_STEP_NUM_NODES=2 SLURM_STEP_NODELIST="n[1-2]")
+check "srun without PMI refused"       2 "without a process-management interface" -- "${SRUN4[@]}" SLURM_PROCID=0 "$T" info
+out=$("${SRUN4[@]}" SLURM_PROCID=3 "$T" run --preset tiny --prompt hi 2>&1); rc=$?
+if [ $rc = 2 ] && [ -z "$out" ]; then echo "ok   srun task 3 refuses silently"
+else echo "FAIL srun task 3: exit $rc, output '$out'"; fails=$((fails+1)); fi
+check "srun, one task, runs"           0 "srun without --mpi; Slurm job 7 step 0 on cluster c" -- \
+  "${NOMPI[@]}" SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=1 SLURM_PROCID=0 "$T" info
+check "sbatch script is not a step"    0 "not a job step" -- \
+  "${NOMPI[@]}" SLURM_NTASKS=4 SLURM_JOB_NUM_NODES=2 SLURM_JOB_NODELIST="n[1-2]" "$T" info
 if "$T" info --json | /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["world"]["size"]==1' ; then
   echo "ok   info --json is valid JSON"; else echo "FAIL info --json is not valid JSON"; fails=$((fails+1)); fi
 echo "$fails failed"
