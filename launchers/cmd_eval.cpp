@@ -2,11 +2,10 @@
 // (mpirun -np p*t), with llama.cpp's windowing (runtime/eval/perplexity.hpp): non-overlapping
 // windows of --ctx tokens, the second half of each scored. Prints perplexity, tokens scored
 // and time on rank 0 (or one JSON object with --json).
-#include <fmt/format.h>
-
 #include <iostream>
 
 #include "commands.hpp"
+#include "layout_flags.hpp"
 #include "trellis/runtime/eval/perplexity.hpp"
 
 namespace trellis::launchers {
@@ -19,11 +18,7 @@ struct EvalOptions {
 
 int run_ppl(Session& s, const EvalOptions& o) {
   const auto& p = o.ppl;
-  if (!s.require_world(p.pp * p.tp == s.size(),
-                       fmt::format("--pp {} x --tp {} needs {} ranks, this job has {}: run it as mpirun -np {} trellis "
-                                   "eval ppl --pp {} --tp {} ...",
-                                   p.pp, p.tp, p.pp * p.tp, s.size(), p.pp * p.tp, p.pp, p.tp)))
-    return 1;
+  if (!check_layout(s, p.pp, p.tp, "eval ppl")) return 1;
   auto r = runtime::evaluate_perplexity(s.world(), s.config, p);
   if (s.is_root()) std::cout << (o.json ? runtime::to_json_text(r) + "\n" : runtime::to_text(r));
   return 0;
@@ -44,8 +39,7 @@ Action define_eval_ppl(CLI::App& sub) {
   sub.add_option("--variant", p.variant, "Model variant: standard, parallel, ladder, desync2, desync4, lp, nocomm")
       ->capture_default_str();
   sub.add_option("--variant-layers", p.variant_layers, "Layers A-B (inclusive) the variant applies to; default all");
-  sub.add_option("--pp", p.pp, "Pipeline stages")->check(CLI::PositiveNumber)->capture_default_str();
-  sub.add_option("--tp", p.tp, "Tensor-parallel ranks per stage")->check(CLI::PositiveNumber)->capture_default_str();
+  add_layout_flags(sub, p.pp, p.tp);
   sub.add_option("--dtype", p.dtype, "Weights in memory: f32 (exact dequantised GGUF) or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();

@@ -7,8 +7,10 @@
 #include <atomic>
 #include <csignal>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "layout_flags.hpp"
 #include "trellis/runtime/engine/generate.hpp"
 
 namespace trellis::launchers {
@@ -27,18 +29,17 @@ std::atomic<bool> g_stop{false};
 extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
 int run_generate(Session& s, RunOptions& o) {
-  if (!s.require_world(o.gen.pp * o.gen.tp == s.size(),
-                       fmt::format("--pp {} x --tp {} needs {} ranks, this job has {}: run it as mpirun -np {} trellis "
-                                   "run --pp {} --tp {} ...",
-                                   o.gen.pp, o.gen.tp, o.gen.pp * o.gen.tp, s.size(), o.gen.pp * o.gen.tp, o.gen.pp,
-                                   o.gen.tp)))
-    return 1;
+  if (!check_layout(s, o.gen.pp, o.gen.tp, "run")) return 1;
   if (o.max_seqs > 0) s.config.set("run.max_seqs", std::to_string(o.max_seqs), SettingSource::kFlag, "--max-seqs");
   if (o.max_context > 0)
     s.config.set("run.max_context", std::to_string(o.max_context), SettingSource::kFlag, "--max-context");
   if (o.sampler_threads > 0)
     s.config.set("run.sampler_threads", std::to_string(o.sampler_threads), SettingSource::kFlag, "--sampler-threads");
   if (!o.kv_budget.empty()) s.config.set("run.kv_budget", o.kv_budget, SettingSource::kFlag, "--kv-budget");
+  if (o.gen.chat && o.gen.prompts.empty() && o.gen.prompt.empty()) {
+    if (s.is_root()) spdlog::error("--chat needs text prompts: --prompt TEXT or --prompts FILE");
+    return 2;
+  }
   o.gen.cpu_sampler = !o.no_cpu_sampler;
   o.gen.tsem = !o.no_tsem;
   o.gen.sat = !o.no_sat;
@@ -52,9 +53,18 @@ int run_generate(Session& s, RunOptions& o) {
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (s.is_root()) {
-    if (o.json) std::cout << runtime::to_json_text(rep.summary) << "\n";
-    else std::cout << runtime::to_text(rep.summary);
+    if (o.json && !rep.texts.empty()) {
+      auto j = nlohmann::json::parse(runtime::to_json_text(rep.summary));
+      j["answers"] = rep.texts;
+      std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else if (o.json) {
+      std::cout << runtime::to_json_text(rep.summary) << "\n";
+    }
+    else
+      std::cout << runtime::to_text(rep.summary);
     if (!o.gen.out.empty()) std::cout << (o.json ? "" : fmt::format("output: {}\n", o.gen.out));
+    if (!o.gen.prompt.empty() && !o.json)
+      for (const auto& t : rep.texts) std::cout << "answer: " << t << "\n";
   }
   if (rep.interrupted) {
     if (s.is_root()) spdlog::warn("interrupted: every rank stopped cleanly");
@@ -75,17 +85,21 @@ Action define_run(CLI::App& sub) {
                  "Model variant: standard, parallel, ladder, desync2, desync4, lp, nocomm (see docs/variants.md)")
       ->capture_default_str();
   sub.add_option("--variant-layers", g.variant_layers, "Layers A-B (inclusive) the variant applies to; default all");
-  sub.add_option("--pp", g.pp, "Pipeline stages")->check(CLI::PositiveNumber)->capture_default_str();
-  sub.add_option("--tp", g.tp, "Tensor-parallel ranks per stage")->check(CLI::PositiveNumber)->capture_default_str();
+  add_layout_flags(sub, g.pp, g.tp);
   auto* prompts = sub.add_option("--prompts", g.prompts,
                                  "Prompts file (JSONL: tokens, text or, with --chat, messages; per-request sampling)");
+  auto* prompt = sub.add_option("--prompt", g.prompt,
+                                "One text prompt (with --chat, one user message); its answer is printed")
+                     ->excludes(prompts);
   sub.add_flag("--chat", g.chat,
                "Text prompts are user messages: apply the model's ChatML chat template (GGUF metadata), stop at "
-               "end of turn, write the answer's text to --out")
-      ->needs(prompts);
+               "end of turn, write the answer's text to --out");
   sub.add_option("--workload", g.workload, "Synthetic workload: n=256,in=128,out=128[,seed=S]")
       ->capture_default_str()
-      ->excludes(prompts);
+      ->excludes(prompts)
+      ->excludes(prompt);
+  sub.add_option("--max-tokens", g.max_tokens, "New tokens at most for every request (overrides the prompts' own)")
+      ->check(CLI::PositiveNumber);
   sub.add_option("--out", g.out, "Write the generated tokens (and text) here, one JSON line per request");
   sub.add_option("--trace", g.trace, "Write a Chrome/Perfetto trace (open at https://ui.perfetto.dev)");
   sub.add_flag("--json", o->json, "Print the summary as JSON");

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "commands.hpp"
+#include "layout_flags.hpp"
 #include "trellis/runtime/engine/job.hpp"
 #include "trellis/runtime/engine/live.hpp"
 #include "trellis/runtime/tokenizer/tokenizer.hpp"
@@ -94,11 +95,7 @@ void drain_on_signal(runtime::LiveQueue& queue, serve::Server& server, Millis dr
 
 int run_serve(Session& s, ServeOptions& o) {
   auto& g = o.gen;
-  if (!s.require_world(g.pp * g.tp == s.size(),
-                       fmt::format("--pp {} x --tp {} needs {} ranks, this job has {}: run it as mpirun -np {} trellis "
-                                   "serve --pp {} --tp {} ...",
-                                   g.pp, g.tp, g.pp * g.tp, s.size(), g.pp * g.tp, g.pp, g.tp)))
-    return 1;
+  if (!check_layout(s, g.pp, g.tp, "serve")) return 1;
   apply_flags(s, o);
   const auto so = server_options(s.config, o);  // every rank: a bad flag fails everywhere alike
   // Signals first: a SIGTERM during the (long) load must not kill a rank half-way; it is
@@ -184,8 +181,7 @@ Action define_serve(CLI::App& sub) {
   sub.add_option("--model-name", o->model_name, "The model id clients name (default: the file's stem)");
   sub.add_option("--variant", g.variant, "Model variant (see docs/variants.md)")->capture_default_str();
   sub.add_option("--variant-layers", g.variant_layers, "Layers A-B (inclusive) the variant applies to; default all");
-  sub.add_option("--pp", g.pp, "Pipeline stages")->check(CLI::PositiveNumber)->capture_default_str();
-  sub.add_option("--tp", g.tp, "Tensor-parallel ranks per stage")->check(CLI::PositiveNumber)->capture_default_str();
+  add_layout_flags(sub, g.pp, g.tp);
   sub.add_option("--host", o->host, "Bind address (setting serve.host, default 127.0.0.1: this machine only)");
   sub.add_option("--port", o->port, "TCP port (setting serve.port, default 8000; 0: any free port)");
   sub.add_option("--api-key", o->api_key,

@@ -54,28 +54,30 @@ void rms_norm(ThreadPool& pool, const TensorView& x, const TensorView& weight, f
   }, row_grain(d));
 }
 
-void swiglu(ThreadPool& pool, const TensorView& gate, const TensorView& up, const TensorView& out) {
-  const std::int64_t n = gate.cols();
-  pool.parallel_for(gate.rows(), [&](std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t r = lo; r < hi; ++r) {
-      const float* g = row(gate, r);
-      const float* u = row(up, r);
-      float* o = row(out, r);
-      for (std::int64_t i = 0; i < n; ++i) o[i] = silu(g[i]) * u[i];
-    }
-  }, row_grain(n));
-}
+namespace {
 
-void add(ThreadPool& pool, const TensorView& a, const TensorView& b, const TensorView& out) {
+// out[i] = f(a[i], b[i]) over matrices of one shape, rows in parallel.
+template <typename F>
+void binary_rows(ThreadPool& pool, const TensorView& a, const TensorView& b, const TensorView& out, F f) {
   const std::int64_t n = a.cols();
   pool.parallel_for(a.rows(), [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const float* pa = row(a, r);
       const float* pb = row(b, r);
       float* o = row(out, r);
-      for (std::int64_t i = 0; i < n; ++i) o[i] = pa[i] + pb[i];
+      for (std::int64_t i = 0; i < n; ++i) o[i] = f(pa[i], pb[i]);
     }
   }, row_grain(n));
+}
+
+}  // namespace
+
+void swiglu(ThreadPool& pool, const TensorView& gate, const TensorView& up, const TensorView& out) {
+  binary_rows(pool, gate, up, out, [](float g, float u) { return silu(g) * u; });
+}
+
+void add(ThreadPool& pool, const TensorView& a, const TensorView& b, const TensorView& out) {
+  binary_rows(pool, a, b, out, [](float x, float y) { return x + y; });
 }
 
 void softmax_rows(ThreadPool& pool, const TensorView& x) {

@@ -30,6 +30,20 @@ void need_cpu(const Context& ctx, const char* op) {
     throw_error(ErrorCode::kUnsupported, "{}: no {} implementation is built", op, to_string(ctx.device()));
 }
 
+// The operands of an element-wise out = f(a, b): matrices of one shape, f32, on the CPU.
+struct Elementwise {
+  TensorView a, b, out;
+};
+Elementwise elementwise(const Context& ctx, const char* op, const TensorView& a, const TensorView& b,
+                        const TensorView& out) {
+  Elementwise e{mat(ctx, op, a), mat(ctx, op, b), mat(ctx, op, out)};
+  for (const auto* v : {&e.a, &e.b, &e.out}) need_f32(op, *v);
+  same_shape(op, e.a, e.b);
+  same_shape(op, e.a, e.out);
+  need_cpu(ctx, op);
+  return e;
+}
+
 }  // namespace
 
 void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const TensorView& y,
@@ -100,21 +114,13 @@ void rms_norm(const Context& ctx, const TensorView& x, const TensorView& weight,
 }
 
 void swiglu(const Context& ctx, const TensorView& gate, const TensorView& up, const TensorView& out) {
-  TensorView g = mat(ctx, "swiglu", gate), u = mat(ctx, "swiglu", up), o = mat(ctx, "swiglu", out);
-  for (const auto* v : {&g, &u, &o}) need_f32("swiglu", *v);
-  same_shape("swiglu", g, u);
-  same_shape("swiglu", g, o);
-  need_cpu(ctx, "swiglu");
-  cpu::swiglu(ctx.pool(), g, u, o);
+  const Elementwise e = elementwise(ctx, "swiglu", gate, up, out);
+  cpu::swiglu(ctx.pool(), e.a, e.b, e.out);
 }
 
 void add(const Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out) {
-  TensorView x = mat(ctx, "add", a), y = mat(ctx, "add", b), o = mat(ctx, "add", out);
-  for (const auto* v : {&x, &y, &o}) need_f32("add", *v);
-  same_shape("add", x, y);
-  same_shape("add", x, o);
-  need_cpu(ctx, "add");
-  cpu::add(ctx.pool(), x, y, o);
+  const Elementwise e = elementwise(ctx, "add", a, b, out);
+  cpu::add(ctx.pool(), e.a, e.b, e.out);
 }
 
 void softmax_rows(const Context& ctx, const TensorView& x) {

@@ -182,9 +182,7 @@ double run_window(transport::Bootstrap& world, const PerplexityOptions& o, Shard
 
 // The model's config, with the layout checked against it before any rank loads weights.
 ModelConfig checked_config(const PerplexityOptions& o, int world_size) {
-  if (o.pp < 1 || o.tp < 1 || o.pp * o.tp != world_size)
-    throw_error(ErrorCode::kInvalidArgument, "--pp {} x --tp {} = {} ranks, but the job has {} (mpirun -np {})", o.pp,
-                o.tp, o.pp * o.tp, world_size, o.pp * o.tp);
+  check_layout_ranks(o.pp, o.tp, world_size);
   if (o.dtype != "f32" && o.dtype != "bf16")
     throw_error(ErrorCode::kInvalidArgument, "--dtype {}: expected f32 or bf16", o.dtype);
   ModelConfig cfg;

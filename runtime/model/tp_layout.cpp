@@ -33,4 +33,10 @@ TpLayout TpLayout::make(const ModelConfig& c, int rank, int size) {
   return l;
 }
 
+void check_layout_ranks(int pp, int tp, int world_size) {
+  if (pp < 1 || tp < 1 || pp * tp != world_size)
+    throw_error(ErrorCode::kInvalidArgument, "--pp {} x --tp {} = {} ranks, but the job has {} (mpirun -np {})", pp, tp,
+                pp * tp, world_size, pp * tp);
+}
+
 }  // namespace trellis::runtime

@@ -69,16 +69,8 @@ TEST(AllreduceCurve, ReachesTheLayoutsThroughTheClusterView) {
 // 2 threads; tp=1 points: 1e9 params/s at M=1, 0.5e9 at M=16, context 96 decode / 32 prefill
 // at M=64; tp=2 points (the half-width shard): 0.8e9 at M=1, 0.4e9 at M=16.
 CpuSharing forward_curve() {
-  CpuSharing c;
-  c.enabled = true;
-  c.cores = 2;
-  c.threads_per_rank = 2;
-  c.one_machine = true;
-  c.host_flops = 1e10;
-  c.host_memory_bandwidth = 1e12;
-  c.matmul = {{2, 1, 1e9, 1, 96}, {2, 16, 0.5e9, 1, 96}, {2, 64, 0.25e9, 1, 32},
-              {2, 1, 0.8e9, 2, 96}, {2, 16, 0.4e9, 2, 96}};
-  return c;
+  return testing::two_core_sharing(1e10, {{2, 1, 1e9, 1, 96}, {2, 16, 0.5e9, 1, 96}, {2, 64, 0.25e9, 1, 32},
+                                          {2, 1, 0.8e9, 2, 96}, {2, 16, 0.4e9, 2, 96}});
 }
 
 TEST(ForwardCurve, ALayoutReadsThePointsOfItsOwnTpShard) {

@@ -15,15 +15,8 @@ namespace {
 // 2 cores, 2 kernel threads per rank. Alone: tp=1 1e9 params/s at M=1, 0.5e9 at M=16; tp=2
 // shard 0.8e9 and 0.4e9 (context 96, so decode attention is inside the rate).
 CpuSharing solo_curve() {
-  CpuSharing c;
-  c.enabled = true;
-  c.cores = 2;
-  c.threads_per_rank = 2;
-  c.one_machine = true;
-  c.host_flops = 1e10;
-  c.host_memory_bandwidth = 1e12;
-  c.matmul = {{2, 1, 1e9, 1, 96}, {2, 16, 0.5e9, 1, 96}, {2, 1, 0.8e9, 2, 96}, {2, 16, 0.4e9, 2, 96}};
-  return c;
+  return testing::two_core_sharing(
+      1e10, {{2, 1, 1e9, 1, 96}, {2, 16, 0.5e9, 1, 96}, {2, 1, 0.8e9, 2, 96}, {2, 16, 0.4e9, 2, 96}});
 }
 
 // A point measured as a pp x tp layout with `concurrent` ranks computing at once.

@@ -15,13 +15,7 @@ namespace {
 // 1 thread: 1e9 params/s at M=1, 0.5e9 at M=4, 0.1e9 at M=64 (FLOP-bound beyond).
 // 2 threads: twice as fast at every M.
 CpuSharing two_core_host() {
-  CpuSharing c;
-  c.enabled = true;
-  c.cores = 2;
-  c.threads_per_rank = 2;
-  c.one_machine = true;
-  c.host_flops = 1e12;             // attention core: negligible at these sizes
-  c.host_memory_bandwidth = 1e12;
+  CpuSharing c = testing::two_core_sharing(1e12);  // attention core: negligible at these sizes
   for (int t : {1, 2})
     for (auto [rows, rate] : {std::pair{1.0, 1e9}, {4.0, 0.5e9}, {64.0, 0.1e9}})
       c.matmul.push_back(MatmulPoint{t, rows, rate * t});

@@ -44,6 +44,20 @@ inline topology::Topology gpu_cluster(int hosts, int gpus, const std::string& mo
   return t;
 }
 
+// CPU sharing on one 2-core machine (emulated hosts), 2 kernel threads per rank, memory
+// bandwidth 1e12 B/s and `host_flops` for the attention core; `matmul` is the measured curve.
+inline CpuSharing two_core_sharing(double host_flops, std::vector<MatmulPoint> matmul = {}) {
+  CpuSharing c;
+  c.enabled = true;
+  c.cores = 2;
+  c.threads_per_rank = 2;
+  c.one_machine = true;
+  c.host_flops = host_flops;
+  c.host_memory_bandwidth = 1e12;
+  c.matmul = std::move(matmul);
+  return c;
+}
+
 // Inputs for one layout of `model` on the cluster view `c` (which must outlive them).
 inline ModelInputs inputs(const ModelSpec& model, const ClusterView& c, int p, int t, int m, Variant v, int batch) {
   ModelInputs in;

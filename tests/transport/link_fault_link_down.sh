@@ -5,6 +5,7 @@
 #   link_fault_link_down.sh PROBE BACKEND
 set -u
 source "$(dirname "$0")/../multihost/lib.sh"
+source "$(dirname "$0")/fault_lib.sh"
 PROBE=$1 BACKEND=$2
 DEADLINE_MS=4000
 [ -x "$MH_ROOT/scripts/cluster" ] || mh_skip "scripts/cluster is missing"
@@ -30,14 +31,10 @@ for _ in $(seq $((DEADLINE_MS / 100 + 40))); do
   sleep 0.1
 done
 ip netns exec th1 ip link set eth0 up || true
-kill -- -"$job" 2>/dev/null; sleep 0.5; kill -9 -- -"$job" 2>/dev/null; wait "$job" 2>/dev/null
+stop_job "$job" 0.5
 grep -v "PMIX ERROR" "$OUT/log" | tail -15
 [ -f "$OUT/rank0.txt" ] || { echo "FAIL: rank 0 did not report within the deadline (hung?)"; exit 1; }
-line=$(cat "$OUT/rank0.txt")
-echo "rank 0: $line"
-case "$line" in fail*) ;; *) echo "FAIL: rank 0 did not fail"; exit 1 ;; esac
-grep -q "rank 1" <<<"$line" || { echo "FAIL: rank 0's error does not name rank 1"; exit 1; }
-secs=$(awk '{print $2}' <<<"$line")
-awk -v s="$secs" -v d=$DEADLINE_MS 'BEGIN { exit !(s <= d / 1000 + 2) }' \
-  || { echo "FAIL: rank 0 took ${secs}s, deadline ${DEADLINE_MS} ms"; exit 1; }
+failure_report "$OUT" 0 || exit 1
+grep -q "rank 1" <<<"$REPORT" || { echo "FAIL: rank 0's error does not name rank 1"; exit 1; }
+within_deadline 0 "$(awk '{print $2}' <<<"$REPORT")" $DEADLINE_MS 2 || exit 1
 echo PASS

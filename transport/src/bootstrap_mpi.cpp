@@ -9,20 +9,27 @@
 #include <numeric>
 #include <thread>
 
+#include "src/mpi_error.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/poll.hpp"
 #include "trellis/transport/bootstrap.hpp"
 
 namespace trellis::transport {
-namespace {
 
-void check_mpi(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
+std::string detail::mpi_error_text(int rc) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw_error(ErrorCode::kPeerFailed, "MPI {} failed: {}", what, std::string(text, len));
+  return std::string(text, static_cast<std::size_t>(len));
 }
+
+void detail::throw_mpi_failed(int rc, const char* what) {
+  throw_error(ErrorCode::kPeerFailed, "MPI {} failed: {}", what, mpi_error_text(rc));
+}
+
+namespace {
+
+using detail::check_mpi;
 
 void wait_all(std::span<MPI_Request> reqs, Deadline deadline, const std::string& what) {
   poll_until([&] {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "src/mpi_error.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/transport/bootstrap.hpp"
 #include "trellis/transport/dtype.hpp"
@@ -17,13 +18,7 @@ std::size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 
 namespace {
 
-void check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  throw_error(ErrorCode::kPeerFailed, "MPI {} failed: {}", what, std::string(text, len));
-}
+using detail::check_mpi;
 
 // An MPI_Iallreduce in flight. bf16 travels as f32 (MPI has no bf16 sum): widened into a
 // scratch buffer, reduced, then rounded back once when the request completes.
@@ -37,8 +32,8 @@ class MpiAllReduceRequest final : public Request {
       bf16_to_f32(static_cast<const std::uint16_t*>(data), scratch_.data(), count);
       buf = scratch_.data();
     }
-    check(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm, &req_),
-          "allreduce");
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm, &req_),
+              "allreduce");
   }
   ~MpiAllReduceRequest() override {
     // MPI cannot cancel a collective; completing it keeps the buffers valid until MPI is done.
@@ -47,7 +42,7 @@ class MpiAllReduceRequest final : public Request {
   bool test() override {
     if (req_ == MPI_REQUEST_NULL) return true;
     int done = 0;
-    check(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "allreduce");
+    check_mpi(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "allreduce");
     if (done && dtype_ == DType::kBF16) f32_to_bf16(scratch_.data(), static_cast<std::uint16_t*>(data_), count_);
     return done != 0;
   }
@@ -86,18 +81,18 @@ class MpiGroup final : public Group {
   }
   void broadcast(void* data, std::size_t bytes, int root) override {
     MPI_Request r;
-    check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &r), "broadcast");
+    check_mpi(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &r), "broadcast");
     wait(r, fmt::format("broadcast of {} bytes from group rank {} over {}", bytes, root, who()));
   }
   void all_gather(const void* in, void* out, std::size_t bytes) override {
     MPI_Request r;
-    check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, comm_, &r),
-          "allgather");
+    check_mpi(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, comm_, &r),
+              "allgather");
     wait(r, fmt::format("all-gather of {} bytes per rank over {}", bytes, who()));
   }
   void barrier() override {
     MPI_Request r;
-    check(MPI_Ibarrier(comm_, &r), "barrier");
+    check_mpi(MPI_Ibarrier(comm_, &r), "barrier");
     wait(r, fmt::format("barrier over {}", who()));
   }
 
@@ -111,7 +106,7 @@ class MpiGroup final : public Group {
     auto dl = Deadline::after(deadline_);
     while (true) {
       int done = 0;
-      check(MPI_Test(&r, &done, MPI_STATUS_IGNORE), what.c_str());
+      check_mpi(MPI_Test(&r, &done, MPI_STATUS_IGNORE), what.c_str());
       if (done) return;
       if (dl.expired()) throw_error(ErrorCode::kTimeout, "{}: no answer within {} ms", what, deadline_.count());
     }
@@ -171,7 +166,7 @@ std::unique_ptr<Group> make_mpi_group(Bootstrap& world, const std::vector<int>& 
     return make_single_group(me);
   }
   MPI_Comm comm = MPI_COMM_NULL;
-  check(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm), "comm split");
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm), "comm split");
   if (comm == MPI_COMM_NULL) return nullptr;
   return std::make_unique<MpiGroup>(comm, members, deadline);
 }

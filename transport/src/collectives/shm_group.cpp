@@ -16,25 +16,113 @@
 // caches and the caller's buffer is streamed through once.
 //
 // A rank that has spun and yielded without its peers moving blocks on the header's `epoch`
-// futex word (ShmGroup::park) after announcing itself in `waiters`; every publish that sees
-// a waiter bumps the epoch and wakes them all. The announcement and the publisher's check
-// are each followed by a full fence, so either the waiter sees the new flag before blocking
-// or the publisher sees the waiter and wakes it (no lost wake-up); a park also ends after
-// detail::kParkSlice, for the liveness checks and the deadline.
+// futex word after announcing itself in `waiters`; every publish that sees a waiter bumps
+// the epoch and wakes them all (ShmSync, shm_sync.hpp, which the registered windows'
+// all-reduce shares: shm_window.hpp).
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
+#include <span>
+#include <vector>
 
-#include <spdlog/spdlog.h>
-
-#include "src/collectives/shm_group.hpp"
+#include "src/collectives/internal.hpp"
+#include "src/collectives/shm_segment.hpp"
+#include "src/collectives/shm_sync.hpp"
+#include "src/collectives/shm_window.hpp"
 #include "trellis/core/error.hpp"
-#include "trellis/core/process.hpp"
 #include "trellis/transport/bootstrap.hpp"
 
 namespace trellis::transport::detail::shm {
+
+inline constexpr std::uint64_t kMagic = 0x7472656c6c697333ull;  // "trellis3": ring of K slots, futex word
+
+struct alignas(kLine) Flag {
+  std::atomic<std::uint64_t> value;
+};
+static_assert(sizeof(Flag) == kLine && std::atomic<std::uint64_t>::is_always_lock_free);
+
+struct alignas(kLine) Header {
+  std::uint64_t magic;
+  std::uint64_t size;
+  std::uint64_t slot_bytes;
+  std::uint64_t slots;
+  SyncHeader sync;  // failure record, pids, futex word (shm_sync.hpp)
+};
+
+enum class FlagKind { kArrive = 0, kDone = 1, kFinished = 2 };
+inline constexpr std::size_t kFlagKinds = 3;
+
+inline std::size_t segment_bytes(std::size_t p, std::size_t slot, std::size_t slots) {
+  return sizeof(Header) + kFlagKinds * p * sizeof(Flag) + slots * p * slot;
+}
+
+enum class OpKind { kAllReduce, kBroadcast, kAllGather, kBarrier };
+
+class ShmGroup final : public AsyncGroup {
+ public:
+  ShmGroup(std::unique_ptr<ShmSegment> seg, std::vector<int> members, int rank, const GroupOptions& o)
+      : seg_(std::move(seg)), opts_(o),
+        sync_(&reinterpret_cast<Header*>(seg_->base())->sync, std::move(members), rank, o),
+        windows_(*this, sync_, seg_->name()) {
+    flags_ = reinterpret_cast<Flag*>(seg_->base() + sizeof(Header));
+    data_ = seg_->base() + sizeof(Header) + kFlagKinds * sync_.members().size() * sizeof(Flag);
+  }
+
+  int rank() const override { return sync_.rank(); }
+  int size() const override { return sync_.size(); }
+  const std::vector<int>& members() const override { return sync_.members(); }
+  std::string describe() const override { return "shm"; }
+  Millis deadline() const override { return opts_.deadline; }
+  const PollPolicy& wait_policy() const override { return opts_.wait; }
+
+  RequestPtr all_reduce_async(void* data, std::size_t count, DType dtype) override;
+  RequestPtr broadcast_async(void* data, std::size_t bytes, int root) override;
+  RequestPtr all_gather_async(const void* in, void* out, std::size_t bytes) override;
+  void barrier() override;
+  std::span<std::byte> allocate_window(std::size_t bytes) override { return windows_.allocate(bytes); }
+
+  // For ShmOp.
+  ShmSync& sync() { return sync_; }
+  std::atomic<std::uint64_t>& flag(FlagKind k, int r) const {
+    return flags_[static_cast<std::size_t>(k) * sync_.members().size() + static_cast<std::size_t>(r)].value;
+  }
+  std::uint64_t load(FlagKind k, int r) const { return flag(k, r).load(std::memory_order_acquire); }
+  void publish(FlagKind k, std::uint64_t seq) const { sync_.publish(flag(k, rank()), seq); }
+  bool all_at_least(FlagKind k, std::uint64_t seq) const {
+    for (int r = 0; r < size(); ++r)
+      if (load(k, r) < seq) return false;
+    return true;
+  }
+  std::byte* slot(std::uint64_t seq, int r) const {
+    return data_ + ((seq % opts_.shm_slots) * sync_.members().size() + static_cast<std::size_t>(r)) *
+                       opts_.shm_slot_bytes;
+  }
+  std::size_t slot_bytes() const { return opts_.shm_slot_bytes; }
+  std::uint64_t slots() const { return opts_.shm_slots; }
+  std::size_t one_shot_max() const { return opts_.one_shot_max_bytes; }
+  // Reserves `pieces` consecutive sequence numbers and returns the first.
+  std::uint64_t reserve(std::size_t pieces) {
+    std::uint64_t first = seq_ + 1;
+    seq_ += pieces;
+    return first;
+  }
+  std::string who() const { return sync_.who(); }
+
+ private:
+  // Destroyed in reverse: the windows, then the sync (which marks an operation still in
+  // flight as abandoned, in the segment), then the segment.
+  std::unique_ptr<ShmSegment> seg_;
+  GroupOptions opts_;
+  ShmSync sync_;
+  ShmWindows windows_;
+  Flag* flags_ = nullptr;
+  std::byte* data_ = nullptr;
+  std::uint64_t seq_ = 0;
+};
+
 namespace {
 
 // One collective, as a pipeline of pieces (see the file comment for the phases and the rule).
@@ -42,13 +130,13 @@ namespace {
 class ShmOp final : public ShmRequest {
  public:
   ShmOp(ShmGroup& g, OpKind kind, void* data, const void* in, std::size_t total, DType dtype, int root)
-      : ShmRequest(g), kind_(kind), data_(static_cast<std::byte*>(data)), in_(static_cast<const std::byte*>(in)),
-        total_(total), dtype_(dtype), root_(root) {
+      : ShmRequest(g.sync()), g_(g), kind_(kind), data_(static_cast<std::byte*>(data)),
+        in_(static_cast<const std::byte*>(in)), total_(total), dtype_(dtype), root_(root) {
     esize_ = kind == OpKind::kAllReduce ? dtype_size(dtype) : 1;
     per_piece_ = g.slot_bytes() / esize_;
     pieces_ = kind == OpKind::kBarrier ? 1 : (total_ + per_piece_ - 1) / per_piece_;
     srcs_.resize(static_cast<std::size_t>(g.size()));
-    g_.begin(this);
+    sync_.begin(this);
     first_ = g_.reserve(pieces_);
   }
   ~ShmOp() override { abandon(); }
@@ -91,6 +179,7 @@ class ShmOp final : public ShmRequest {
   void drain(const Piece& p);
   std::vector<int> waiting_for() const;
 
+  ShmGroup& g_;
   OpKind kind_;
   std::byte* data_;
   const std::byte* in_;
@@ -104,12 +193,6 @@ class ShmOp final : public ShmRequest {
 };
 
 }  // namespace
-
-ShmGroup::~ShmGroup() {
-  // An operation still in flight when the group goes is abandoned; its request (which must
-  // not outlive us) would otherwise touch freed memory.
-  if (active_ != nullptr) mark_failed("its group was destroyed during an operation");
-}
 
 // What the peers wait for comes first: my reduced chunk, then my arrival; my own drain only
 // when neither can move (it also frees the slot ring for the fills K pieces ahead).
@@ -276,10 +359,8 @@ RequestPtr ShmGroup::all_reduce_async(void* data, std::size_t count, DType dtype
   // groups of more than two: there the one-shot's single round of flags beats the window's
   // two (4 ranks on 2 cores: 5.8 vs 8.3 us at 4 KiB, docs/benchmarks.md), while with two
   // ranks the copies it saves win at every size.
-  std::size_t offset = 0;
-  const std::size_t bytes = count * dtype_size(dtype);
-  if (ShmWindow* w = find_window(data, bytes, offset); w != nullptr && (size() == 2 || bytes > one_shot_max()))
-    return window_all_reduce(*w, offset, count, dtype);
+  if (size() == 2 || count * dtype_size(dtype) > one_shot_max())
+    if (RequestPtr r = windows_.all_reduce_async(data, count, dtype)) return r;
   return kick(std::make_unique<ShmOp>(*this, OpKind::kAllReduce, data, nullptr, count, dtype, 0));
 }
 
@@ -308,26 +389,57 @@ void ShmGroup::barrier() {
 }  // namespace trellis::transport::detail::shm
 
 namespace trellis::transport {
-namespace {
-std::atomic<std::uint64_t> g_segment_counter{0};
-}  // namespace
 
 using namespace detail;
 using namespace detail::shm;
 
+namespace {
+
+std::atomic<std::uint64_t> g_segment_counter{0};
+
+// What a group segment's header must say: every member computes it from its own settings.
+struct SegmentShape {
+  std::size_t members, slot_bytes, slots;
+};
+
+std::unique_ptr<ShmSegment> create_segment(const std::string& name, std::size_t bytes, const SegmentShape& want) {
+  auto seg = ShmSegment::create(name, bytes);
+  auto* h = new (seg->base()) Header{};
+  h->magic = kMagic;
+  h->size = want.members;
+  h->slot_bytes = want.slot_bytes;
+  h->slots = want.slots;
+  return seg;
+}
+
+// A member's mapping of the leader's segment `name` (empty: the leader could not create it).
+std::unique_ptr<ShmSegment> open_segment(const std::string& name, int leader, std::size_t bytes,
+                                         const SegmentShape& want) {
+  if (name.empty()) throw_error(ErrorCode::kIo, "world rank {} could not create the shm segment", leader);
+  auto seg = ShmSegment::open(name, bytes);
+  const auto* h = reinterpret_cast<const Header*>(seg->base());
+  if (h->magic != kMagic || h->size != want.members || h->slot_bytes != want.slot_bytes || h->slots != want.slots)
+    throw_error(ErrorCode::kCorruptInput,
+                "shm segment {} does not describe a group of {} ranks with {} slots of {} bytes (do all ranks "
+                "use the same comm.coll_shm_* settings?)",
+                name, want.members, want.slots, want.slot_bytes);
+  return seg;
+}
+
+}  // namespace
+
 std::unique_ptr<Group> make_shm_group(Bootstrap& world, const std::vector<int>& members, const GroupOptions& options) {
-  const int me = world.rank();
-  auto it = std::find(members.begin(), members.end(), me);
+  auto it = std::find(members.begin(), members.end(), world.rank());
   const bool member = it != members.end();
   const int my_index = member ? static_cast<int>(it - members.begin()) : -1;
   if (options.shm_slots < 2)
     throw_error(ErrorCode::kInvalidArgument, "shm collectives need at least 2 ring slots (comm.coll_shm_slots), got {}",
                 options.shm_slots);
-  const std::size_t slot = round_up(options.shm_slot_bytes, kLine);
-  const std::size_t bytes = segment_bytes(members.size(), slot, options.shm_slots);
-  auto deadline = Deadline::after(options.deadline);
   GroupOptions o = options;
-  o.shm_slot_bytes = slot;
+  o.shm_slot_bytes = round_up(options.shm_slot_bytes, kLine);
+  const SegmentShape shape{members.size(), o.shm_slot_bytes, o.shm_slots};
+  const std::size_t bytes = segment_bytes(shape.members, shape.slot_bytes, shape.slots);
+  auto deadline = Deadline::after(options.deadline);
 
   // The leader creates the segment and publishes its name; the others map it by that name.
   std::unique_ptr<ShmSegment> seg;
@@ -335,30 +447,16 @@ std::unique_ptr<Group> make_shm_group(Bootstrap& world, const std::vector<int>& 
   if (my_index == 0) {
     name = fmt::format("/trellis-coll-{}-{}", getpid(), g_segment_counter++);
     try {
-      seg = ShmSegment::create(name, bytes);
-      auto* h = new (seg->base()) Header{};
-      h->magic = kMagic;
-      h->size = members.size();
-      h->slot_bytes = slot;
-      h->slots = o.shm_slots;
+      seg = create_segment(name, bytes, shape);
     } catch (const Error& e) {
       error = e.what();
       name.clear();
     }
   }
   auto names = allgather_strings(world, name, deadline);
-  if (member && my_index != 0 && error.empty()) {
+  if (member && my_index != 0) {
     try {
-      const std::string& leader_name = names[static_cast<std::size_t>(members.front())];
-      if (leader_name.empty())
-        throw_error(ErrorCode::kIo, "world rank {} could not create the shm segment", members.front());
-      seg = ShmSegment::open(leader_name, bytes);
-      auto* h = reinterpret_cast<Header*>(seg->base());
-      if (h->magic != kMagic || h->size != members.size() || h->slot_bytes != slot || h->slots != o.shm_slots)
-        throw_error(ErrorCode::kCorruptInput,
-                    "shm segment {} does not describe a group of {} ranks with {} slots of {} bytes (do all ranks "
-                    "use the same comm.coll_shm_* settings?)",
-                    leader_name, members.size(), o.shm_slots, slot);
+      seg = open_segment(names[static_cast<std::size_t>(members.front())], members.front(), bytes, shape);
     } catch (const Error& e) {
       error = e.what();
     }

@@ -20,6 +20,15 @@ std::string describe_op(const OpInfo& op) {
                      to_string(op.backend));
 }
 
+void throw_no_link(Backend backend, int peer) {
+  throw_error(ErrorCode::kInvalidArgument, "{} transport has no link to rank {} (not in its peer list)",
+              to_string(backend), peer);
+}
+
+std::string too_large(int peer, std::size_t sent, std::size_t buffer) {
+  return fmt::format("rank {} sent {} bytes, more than the {}-byte buffer holds", peer, sent, buffer);
+}
+
 LinkSettings LinkSettings::from(const Config& config) {
   LinkSettings s;
   s.connect_timeout = config.get_duration("comm.connect_timeout_ms");
@@ -76,8 +85,7 @@ void TagMatcher::post(const std::shared_ptr<RecvOp>& op, const OpInfo& info) {
   }
   if (it->data.size() > op->buffer.size()) {
     // Reported by the request's test(), like a message that arrives later.
-    op->error = fmt::format("rank {} sent {} bytes, more than the {}-byte buffer holds", info.peer, it->data.size(),
-                            op->buffer.size());
+    op->error = too_large(info.peer, it->data.size(), op->buffer.size());
     unexpected_.erase(it);
     return;
   }

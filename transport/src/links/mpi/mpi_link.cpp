@@ -9,20 +9,18 @@
 #include <thread>
 
 #include "src/links/common.hpp"
+#include "src/mpi_error.hpp"
 
 namespace trellis::transport::links {
 namespace {
 
 [[noreturn]] void throw_mpi(int rc, const OpInfo& op) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
   int cls = 0;
   MPI_Error_class(rc, &cls);
   if (cls == MPI_ERR_TRUNCATE)
     throw_scoped(ErrorScope::kRequest, ErrorCode::kCorruptInput, "{}: rank {} sent more than the buffer holds",
                  describe_op(op), op.peer);
-  throw_scoped(ErrorScope::kLink, ErrorCode::kPeerFailed, "{} failed: {}", describe_op(op), std::string(text, len));
+  throw_scoped(ErrorScope::kLink, ErrorCode::kPeerFailed, "{} failed: {}", describe_op(op), detail::mpi_error_text(rc));
 }
 
 class MpiRequest final : public LinkRequest {
@@ -65,21 +63,19 @@ class MpiRequest final : public LinkRequest {
   MPI_Request req_ = MPI_REQUEST_NULL;
 };
 
-class MpiLink final : public Link {
+class MpiLink final : public PeerLink {
  public:
-  MpiLink(MPI_Comm comm, int peer, int tag_ub) : comm_(comm), peer_(peer), tag_ub_(tag_ub) {}
-  int peer() const override { return peer_; }
-  Backend backend() const override { return Backend::kMpi; }
+  MpiLink(MPI_Comm comm, int peer, int tag_ub) : PeerLink(Backend::kMpi, peer), comm_(comm), tag_ub_(tag_ub) {}
 
   RequestPtr isend(std::span<const std::byte> data, std::uint32_t tag) override {
-    OpInfo info{OpKind::kSend, Backend::kMpi, peer_, tag, data.size()};
+    const OpInfo info = op_info(OpKind::kSend, tag, data.size());
     auto r = std::make_unique<MpiRequest>(info);
     int rc = MPI_Isend(data.data(), count(data.size(), info), MPI_BYTE, peer_, check_tag(tag, info), comm_, r->handle());
     if (rc != MPI_SUCCESS) throw_mpi(rc, info);
     return r;
   }
   RequestPtr irecv(std::span<std::byte> data, std::uint32_t tag) override {
-    OpInfo info{OpKind::kRecv, Backend::kMpi, peer_, tag, data.size()};
+    const OpInfo info = op_info(OpKind::kRecv, tag, data.size());
     auto r = std::make_unique<MpiRequest>(info);
     int rc = MPI_Irecv(data.data(), count(data.size(), info), MPI_BYTE, peer_, check_tag(tag, info), comm_, r->handle());
     if (rc != MPI_SUCCESS) throw_mpi(rc, info);
@@ -100,13 +96,12 @@ class MpiLink final : public Link {
   }
 
   MPI_Comm comm_;
-  int peer_;
   int tag_ub_;
 };
 
-class MpiTransport final : public Transport {
+class MpiTransport final : public TransportOf<MpiLink> {
  public:
-  MpiTransport(const std::vector<int>& peers) {
+  explicit MpiTransport(const std::vector<int>& peers) : TransportOf(Backend::kMpi) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     int* ub = nullptr;
@@ -117,14 +112,7 @@ class MpiTransport final : public Transport {
   }
   ~MpiTransport() override { MPI_Comm_free(&comm_); }
 
-  Backend backend() const override { return Backend::kMpi; }
   Capabilities capabilities() const override { return {false, false, false, std::size_t{INT32_MAX}}; }
-  Link& link(int peer) override {
-    auto it = links_.find(peer);
-    if (it == links_.end())
-      throw_error(ErrorCode::kInvalidArgument, "mpi transport has no link to rank {} (not in its peer list)", peer);
-    return *it->second;
-  }
   void progress() override {
     int flag = 0;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
@@ -133,7 +121,6 @@ class MpiTransport final : public Transport {
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
-  std::map<int, std::unique_ptr<MpiLink>> links_;
 };
 
 }  // namespace

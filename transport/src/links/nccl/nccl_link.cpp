@@ -58,22 +58,19 @@ class NcclRequest final : public LinkRequest {
   std::shared_ptr<Batch> batch_;
 };
 
-class NcclLink final : public Link {
+class NcclLink final : public PeerLink {
  public:
-  NcclLink(NcclTransport& t, int peer) : transport_(t), peer_(peer) {}
-  int peer() const override { return peer_; }
-  Backend backend() const override { return Backend::kNccl; }
+  NcclLink(NcclTransport& t, int peer) : PeerLink(Backend::kNccl, peer), transport_(t) {}
   RequestPtr isend(std::span<const std::byte> data, std::uint32_t tag) override;
   RequestPtr irecv(std::span<std::byte> data, std::uint32_t tag) override;
 
  private:
   NcclTransport& transport_;
-  int peer_;
 };
 
-class NcclTransport final : public Transport {
+class NcclTransport final : public TransportOf<NcclLink> {
  public:
-  NcclTransport(ncclComm_t comm, cudaStream_t stream) : comm_(comm), stream_(stream) {}
+  NcclTransport(ncclComm_t comm, cudaStream_t stream) : TransportOf(Backend::kNccl), comm_(comm), stream_(stream) {}
   ~NcclTransport() override {
     // A communicator with work still queued cannot be finalised politely; abort it.
     if (failed_ != ncclSuccess) ncclCommAbort(comm_);
@@ -82,14 +79,7 @@ class NcclTransport final : public Transport {
   }
   void add(int peer) { links_.emplace(peer, std::make_unique<NcclLink>(*this, peer)); }
 
-  Backend backend() const override { return Backend::kNccl; }
   Capabilities capabilities() const override { return {true, false, false, 0}; }
-  Link& link(int peer) override {
-    auto it = links_.find(peer);
-    if (it == links_.end())
-      throw_error(ErrorCode::kInvalidArgument, "nccl transport has no link to rank {} (not in its peer list)", peer);
-    return *it->second;
-  }
   void progress() override { launch(); }
   std::string describe() const override { return fmt::format("nccl ({} peers)", links_.size()); }
 
@@ -137,7 +127,6 @@ class NcclTransport final : public Transport {
  private:
   ncclComm_t comm_;
   cudaStream_t stream_;
-  std::map<int, std::unique_ptr<NcclLink>> links_;
   std::vector<PendingOp> pending_;
   std::shared_ptr<Batch> open_;
   ncclResult_t failed_ = ncclSuccess;
@@ -156,13 +145,13 @@ bool NcclRequest::test() {
 }
 
 RequestPtr NcclLink::isend(std::span<const std::byte> data, std::uint32_t tag) {
-  OpInfo info{OpKind::kSend, Backend::kNccl, peer_, tag, data.size()};
+  const OpInfo info = op_info(OpKind::kSend, tag, data.size());
   auto batch = transport_.enqueue(info, const_cast<std::byte*>(data.data()));
   return std::make_unique<NcclRequest>(info, transport_, std::move(batch));
 }
 
 RequestPtr NcclLink::irecv(std::span<std::byte> data, std::uint32_t tag) {
-  OpInfo info{OpKind::kRecv, Backend::kNccl, peer_, tag, data.size()};
+  const OpInfo info = op_info(OpKind::kRecv, tag, data.size());
   auto batch = transport_.enqueue(info, data.data());
   return std::make_unique<NcclRequest>(info, transport_, std::move(batch));
 }

@@ -48,10 +48,10 @@ class Mapping {
 
 class ShmTransport;
 
-class ShmLink final : public Link {
+class ShmLink final : public StreamLink<ShmLink> {
  public:
   ShmLink(ShmTransport& t, int peer, std::unique_ptr<Mapping> map, bool lower, std::size_t ring_bytes)
-      : transport_(t), peer_(peer), map_(std::move(map)), lower_(lower), ring_bytes_(ring_bytes) {
+      : StreamLink(Backend::kShm, peer), transport_(t), map_(std::move(map)), lower_(lower), ring_bytes_(ring_bytes) {
     hdr_ = reinterpret_cast<SegmentHeader*>(map_->data());
     std::byte* rings = map_->data() + align_up(sizeof(SegmentHeader));
     out_ = &hdr_->ring[lower ? 0 : 1];
@@ -64,30 +64,12 @@ class ShmLink final : public Link {
     hot_bytes_ = shm::hot_bytes(ring_bytes);
   }
 
-  int peer() const override { return peer_; }
-  Backend backend() const override { return Backend::kShm; }
-
-  RequestPtr isend(std::span<const std::byte> data, std::uint32_t tag) override {
-    OpInfo info{OpKind::kSend, Backend::kShm, peer_, tag, data.size()};
-    throw_if_failed(info);
-    auto op = std::make_shared<SendOp>();
-    op->data = data;
-    op->tag = tag;
-    sends_.push_back(op);
+  // For StreamLink: write what the ring takes now / read what has arrived.
+  void queue_send(std::shared_ptr<SendOp> op) {
+    sends_.push_back(std::move(op));
     push();
-    return std::make_unique<MatchedSendRequest<ShmLink>>(*this, std::move(op), info);
   }
-
-  RequestPtr irecv(std::span<std::byte> data, std::uint32_t tag) override {
-    OpInfo info{OpKind::kRecv, Backend::kShm, peer_, tag, data.size()};
-    throw_if_failed(info);
-    auto op = std::make_shared<RecvOp>();
-    op->buffer = data;
-    op->tag = tag;
-    matcher_.post(op, info);
-    pull();
-    return std::make_unique<MatchedRecvRequest<ShmLink>>(*this, std::move(op), info);
-  }
+  void receive_now() { pull(); }
 
   void drive();
   void progress_once() {
@@ -112,11 +94,6 @@ class ShmLink final : public Link {
     throw_scoped(ErrorScope::kLink, ErrorCode::kPeerFailed, "{}: {}", r.describe(), failed_);
   }
 
-  void cancel(RecvOp& op) {
-    op.cancelled = true;  // if its message is arriving, the rest of it is dropped
-    matcher_.remove(&op);
-  }
-
   void finish_or_abandon(SendOp& op) {
     if (op.sent == 0 && !(front_started_ && sends_.front().get() == &op)) {
       std::erase_if(sends_, [&](const auto& s) { return s.get() == &op; });
@@ -132,11 +109,6 @@ class ShmLink final : public Link {
   }
 
  private:
-  void throw_if_failed(const OpInfo& info) const {
-    if (!failed_.empty())
-      throw_scoped(ErrorScope::kLink, ErrorCode::kPeerFailed, "{}: {}", describe_op(info), failed_);
-  }
-
   // Writes as much of the queued sends as the ring takes.
   void push() {
     while (!sends_.empty()) {
@@ -201,7 +173,7 @@ class ShmLink final : public Link {
         tail_ += ring_bytes_ - pos;
         continue;
       }
-      if (!cur_.active) start_message(h->tag, h->total);
+      if (!cur_.active) cur_.start(matcher_, h->tag, h->total, peer_);
       deliver(in_data_ + pos + kHeaderBytes, h->len);
       tail_ += align_up(kHeaderBytes + h->len);
       in_->tail.store(tail_, std::memory_order_release);
@@ -209,69 +181,16 @@ class ShmLink final : public Link {
     }
   }
 
-  void start_message(std::uint32_t tag, std::uint64_t total) {
-    cur_ = Incoming{};
-    cur_.active = true;
-    cur_.tag = tag;
-    cur_.total = total;
-    cur_.dest = matcher_.match(tag);
-    if (cur_.dest && total > cur_.dest->buffer.size()) {
-      cur_.dest->error = fmt::format("rank {} sent {} bytes, more than the {}-byte buffer holds", peer_, total,
-                                     cur_.dest->buffer.size());
-      cur_.dest.reset();
-      cur_.discard = true;
-    } else if (!cur_.dest) {
-      cur_.unexpected.resize(total);
-    }
-  }
-
   void deliver(const std::byte* p, std::size_t len) {
-    if (len == 0) {
-      // a zero-byte message: nothing to copy (and an empty buffer's data() may be null)
-    } else if (cur_.dest) {
-      if (!cur_.dest->cancelled) std::memcpy(cur_.dest->buffer.data() + cur_.got, p, len);
-    } else if (!cur_.discard) {
-      std::memcpy(cur_.unexpected.data() + cur_.got, p, len);
-    }
+    // A zero-byte message has nothing to copy (and an empty buffer's data() may be null).
+    if (len != 0)
+      if (std::byte* dst = cur_.target()) std::memcpy(dst, p, len);
     cur_.got += len;
     if (cur_.got < cur_.total) return;
-    cur_.active = false;
-    if (cur_.dest) {
-      cur_.dest->received = cur_.total;
-      cur_.dest->complete = true;
-    } else if (!cur_.discard) {
-      // A receive may have been posted while this message was arriving.
-      if (auto late = matcher_.match(cur_.tag)) {
-        deliver_late(*late);
-      } else {
-        matcher_.add_unexpected({cur_.tag, std::move(cur_.unexpected)});
-      }
-    }
-    cur_.dest.reset();
+    cur_.finish(matcher_, peer_);
   }
-
-  void deliver_late(RecvOp& op) {
-    if (cur_.total > op.buffer.size()) {
-      op.error = fmt::format("rank {} sent {} bytes, more than the {}-byte buffer holds", peer_, cur_.total,
-                             op.buffer.size());
-      return;
-    }
-    std::memcpy(op.buffer.data(), cur_.unexpected.data(), cur_.total);
-    op.received = cur_.total;
-    op.complete = true;
-  }
-
-  struct Incoming {
-    bool active = false;
-    bool discard = false;
-    std::uint32_t tag = 0;
-    std::uint64_t total = 0, got = 0;
-    std::shared_ptr<RecvOp> dest;
-    std::vector<std::byte> unexpected;
-  };
 
   ShmTransport& transport_;
-  int peer_;
   std::unique_ptr<Mapping> map_;
   bool lower_;
   std::size_t ring_bytes_, max_chunk_ = 0, hot_bytes_ = 0;
@@ -283,23 +202,14 @@ class ShmLink final : public Link {
   std::uint64_t head_ = 0, tail_cache_ = 0, tail_ = 0, next_rewind_check_ = 0;
   std::deque<std::shared_ptr<SendOp>> sends_;
   bool front_started_ = false;
-  TagMatcher matcher_;
-  Incoming cur_;
-  std::string failed_;
   Clock::time_point last_liveness_check_ = Clock::now();
   unsigned polls_ = 0;  // failed polls, to read the clock only every 256th
 };
 
-class ShmTransport final : public Transport {
+class ShmTransport final : public TransportOf<ShmLink> {
  public:
-  Backend backend() const override { return Backend::kShm; }
+  ShmTransport() : TransportOf(Backend::kShm) {}
   Capabilities capabilities() const override { return {false, true, false, 0}; }
-  Link& link(int peer) override {
-    auto it = links_.find(peer);
-    if (it == links_.end())
-      throw_error(ErrorCode::kInvalidArgument, "shm transport has no link to rank {} (not in its peer list)", peer);
-    return *it->second;
-  }
   void progress() override {
     for (auto& [peer, l] : links_) l->progress_once();
   }
@@ -311,9 +221,6 @@ class ShmTransport final : public Transport {
     links_.emplace(peer, std::make_unique<ShmLink>(*this, peer, std::move(map), lower, ring_bytes_));
   }
   std::size_t ring_bytes_ = 0;
-
- private:
-  std::map<int, std::unique_ptr<ShmLink>> links_;
 };
 
 void ShmLink::drive() { transport_.progress(); }

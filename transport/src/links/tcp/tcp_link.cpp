@@ -36,34 +36,19 @@ bool would_block(const boost::system::error_code& ec) {
 
 class TcpTransport;
 
-class TcpLink final : public Link {
+class TcpLink final : public StreamLink<TcpLink> {
  public:
   TcpLink(TcpTransport& t, int peer, tcp::socket sock, std::uint64_t max_frame)
-      : transport_(t), peer_(peer), sock_(std::move(sock)), max_frame_(max_frame), inbuf_(kInbufBytes) {}
-  int peer() const override { return peer_; }
-  Backend backend() const override { return Backend::kTcp; }
+      : StreamLink(Backend::kTcp, peer), transport_(t), sock_(std::move(sock)), max_frame_(max_frame),
+        inbuf_(kInbufBytes) {}
 
-  RequestPtr isend(std::span<const std::byte> data, std::uint32_t tag) override {
-    OpInfo info{OpKind::kSend, Backend::kTcp, peer_, tag, data.size()};
-    throw_if_failed(info);
-    auto op = std::make_shared<SendOp>();
-    op->data = data;
-    op->tag = tag;
-    sends_.push_back({op, encode_frame_header({tag, data.size()}), 0});
+  // For StreamLink: write what the socket takes now / read what it has.
+  void queue_send(std::shared_ptr<SendOp> op) {
+    auto header = encode_frame_header({op->tag, op->data.size()});
+    sends_.push_back({std::move(op), header, 0});
     flush();
-    return std::make_unique<MatchedSendRequest<TcpLink>>(*this, std::move(op), info);
   }
-
-  RequestPtr irecv(std::span<std::byte> data, std::uint32_t tag) override {
-    OpInfo info{OpKind::kRecv, Backend::kTcp, peer_, tag, data.size()};
-    throw_if_failed(info);
-    auto op = std::make_shared<RecvOp>();
-    op->buffer = data;
-    op->tag = tag;
-    matcher_.post(op, info);
-    pump();
-    return std::make_unique<MatchedRecvRequest<TcpLink>>(*this, std::move(op), info);
-  }
+  void receive_now() { pump(); }
 
   void drive();
   void progress_once() {
@@ -72,10 +57,6 @@ class TcpLink final : public Link {
   }
   void check_failed(const Request& r) const {
     if (!failed_.empty()) throw_scoped(ErrorScope::kLink, failed_code_, "{}: {}", r.describe(), failed_);
-  }
-  void cancel(RecvOp& op) {
-    op.cancelled = true;
-    matcher_.remove(&op);
   }
   void finish_or_abandon(SendOp& op) {
     if (sends_.empty()) return;
@@ -98,17 +79,6 @@ class TcpLink final : public Link {
     std::array<std::byte, kFrameHeaderBytes> header;
     std::size_t offset;  // bytes of header + payload written
   };
-  struct Incoming {
-    bool active = false, discard = false;
-    FrameHeader header;
-    std::size_t got = 0;
-    std::shared_ptr<RecvOp> dest;
-    std::vector<std::byte> unexpected;
-  };
-
-  void throw_if_failed(const OpInfo& info) const {
-    if (!failed_.empty()) throw_scoped(ErrorScope::kLink, failed_code_, "{}: {}", describe_op(info), failed_);
-  }
   void fail(ErrorCode code, std::string why) {
     if (!failed_.empty()) return;
     failed_ = std::move(why);
@@ -163,19 +133,19 @@ class TcpLink final : public Link {
                                       max_frame_, h);
         if (bad) return fail(ErrorCode::kCorruptInput, fmt::format("rank {} sent bad data ({}); connection dropped", peer_, *bad));
         begin_ += kFrameHeaderBytes;
-        start_message(h);
-        if (cur_.header.length == 0) finish_message();
+        cur_.start(matcher_, h.tag, h.length, peer_);
+        if (cur_.total == 0) cur_.finish(matcher_, peer_);
         continue;
       }
-      std::size_t remaining = cur_.header.length - cur_.got;
+      std::size_t remaining = cur_.total - cur_.got;
       if (end_ > begin_) {
         std::size_t take = std::min(remaining, end_ - begin_);
-        if (std::byte* dst = target()) std::memcpy(dst, inbuf_.data() + begin_, take);
+        if (std::byte* dst = cur_.target()) std::memcpy(dst, inbuf_.data() + begin_, take);
         begin_ += take;
         advance(take);
         continue;
       }
-      std::byte* dst = target();
+      std::byte* dst = cur_.target();
       boost::system::error_code ec;
       std::size_t n = dst ? sock_.read_some(asio::buffer(dst, remaining), ec) : read_discard(remaining, ec);
       if (ec) {
@@ -208,63 +178,17 @@ class TcpLink final : public Link {
     return sock_.read_some(asio::buffer(inbuf_.data(), std::min(remaining, inbuf_.size())), ec);
   }
 
-  // Where the next payload byte goes: the receive buffer, the unexpected copy, or nowhere.
-  std::byte* target() {
-    if (cur_.dest) return cur_.dest->cancelled ? nullptr : cur_.dest->buffer.data() + cur_.got;
-    return cur_.discard ? nullptr : cur_.unexpected.data() + cur_.got;
-  }
-
-  void start_message(const FrameHeader& h) {
-    cur_ = Incoming{};
-    cur_.active = true;
-    cur_.header = h;
-    cur_.dest = matcher_.match(h.tag);
-    if (cur_.dest && h.length > cur_.dest->buffer.size()) {
-      cur_.dest->error = fmt::format("rank {} sent {} bytes, more than the {}-byte buffer holds", peer_, h.length,
-                                     cur_.dest->buffer.size());
-      cur_.dest.reset();
-      cur_.discard = true;
-    } else if (!cur_.dest) {
-      cur_.unexpected.resize(h.length);
-    }
-  }
   void advance(std::size_t n) {
     cur_.got += n;
-    if (cur_.got == cur_.header.length) finish_message();
-  }
-  void finish_message() {
-    cur_.active = false;
-    if (cur_.dest) {
-      cur_.dest->received = cur_.header.length;
-      cur_.dest->complete = true;
-    } else if (!cur_.discard) {
-      if (auto late = matcher_.match(cur_.header.tag)) {  // posted while the message arrived
-        if (cur_.header.length > late->buffer.size()) {
-          late->error = fmt::format("rank {} sent {} bytes, more than the {}-byte buffer holds", peer_,
-                                    cur_.header.length, late->buffer.size());
-        } else {
-          std::memcpy(late->buffer.data(), cur_.unexpected.data(), cur_.header.length);
-          late->received = cur_.header.length;
-          late->complete = true;
-        }
-      } else {
-        matcher_.add_unexpected({cur_.header.tag, std::move(cur_.unexpected)});
-      }
-    }
-    cur_.dest.reset();
+    if (cur_.got == cur_.total) cur_.finish(matcher_, peer_);
   }
 
   TcpTransport& transport_;
-  int peer_;
   tcp::socket sock_;
   std::uint64_t max_frame_;
   std::deque<Outgoing> sends_;
-  TagMatcher matcher_;
-  Incoming cur_;
   std::vector<std::byte> inbuf_;
   std::size_t begin_ = 0, end_ = 0;
-  std::string failed_;
-  ErrorCode failed_code_ = ErrorCode::kLinkFailed;
 };
 
 // A connection whose greeting has not been checked yet (either direction).
@@ -277,11 +201,13 @@ struct Pending {
   std::string remote;
 };
 
-class TcpTransport final : public Transport {
+class TcpTransport final : public TransportOf<TcpLink> {
  public:
   TcpTransport(int my_rank, int world_size, std::string token, std::uint64_t max_frame, Millis handshake_timeout)
-      : me_(my_rank), world_size_(world_size), token_(std::move(token)), max_frame_(max_frame),
-        handshake_timeout_(handshake_timeout), acceptor_(io_) {}
+      : TransportOf(Backend::kTcp), me_(my_rank), world_size_(world_size), token_(std::move(token)),
+        max_frame_(max_frame), handshake_timeout_(handshake_timeout), acceptor_(io_) {}
+  // The links' sockets belong to io_: they go first (the base class would drop them after).
+  ~TcpTransport() override { links_.clear(); }
 
   void listen(const std::string& address) {
     tcp::endpoint ep(asio::ip::make_address(address), 0);
@@ -306,14 +232,7 @@ class TcpTransport final : public Transport {
     return out;
   }
 
-  Backend backend() const override { return Backend::kTcp; }
   Capabilities capabilities() const override { return {false, false, false, max_frame_}; }
-  Link& link(int peer) override {
-    auto it = links_.find(peer);
-    if (it == links_.end())
-      throw_error(ErrorCode::kInvalidArgument, "tcp transport has no link to rank {} (not in its peer list)", peer);
-    return *it->second;
-  }
   void progress() override {
     for (auto& [peer, l] : links_) l->progress_once();
     // Late connections (strangers, replays) are greeted and dropped; look every 10 ms.
@@ -345,7 +264,6 @@ class TcpTransport final : public Transport {
   std::string listen_address_;
   std::set<int> expected_;
   std::vector<std::unique_ptr<Pending>> pending_;
-  std::map<int, std::unique_ptr<TcpLink>> links_;
   int rejected_ = 0;
   Clock::time_point last_accept_ = Clock::now();
 };

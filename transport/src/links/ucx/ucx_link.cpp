@@ -182,15 +182,13 @@ void set_memh(ucp_request_param_t& p, const MemoryRegistry& reg, const void* dat
   }
 }
 
-class UcxLink final : public Link {
+class UcxLink final : public PeerLink {
  public:
   UcxLink(ucp_worker_h worker, int my_rank, PeerState& peer, const MemoryRegistry& reg)
-      : worker_(worker), my_rank_(my_rank), state_(peer), registry_(reg) {}
-  int peer() const override { return state_.peer; }
-  Backend backend() const override { return Backend::kUcx; }
+      : PeerLink(Backend::kUcx, peer.peer), worker_(worker), my_rank_(my_rank), state_(peer), registry_(reg) {}
 
   RequestPtr isend(std::span<const std::byte> data, std::uint32_t tag) override {
-    OpInfo info{OpKind::kSend, Backend::kUcx, state_.peer, tag, data.size()};
+    const OpInfo info = op_info(OpKind::kSend, tag, data.size());
     auto r = std::make_unique<UcxRequest>(info, worker_, state_);
     if (state_.failure != UCS_OK) r->fail(state_.failure);
     ucp_request_param_t p;
@@ -205,7 +203,7 @@ class UcxLink final : public Link {
   }
 
   RequestPtr irecv(std::span<std::byte> data, std::uint32_t tag) override {
-    OpInfo info{OpKind::kRecv, Backend::kUcx, state_.peer, tag, data.size()};
+    const OpInfo info = op_info(OpKind::kRecv, tag, data.size());
     auto r = std::make_unique<UcxRequest>(info, worker_, state_);
     if (state_.failure != UCS_OK) r->fail(state_.failure);
     ucp_request_param_t p;
@@ -253,9 +251,9 @@ void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
   if (peer->failure == UCS_OK) peer->failure = status;
 }
 
-class UcxTransport final : public Transport {
+class UcxTransport final : public TransportOf<UcxLink> {
  public:
-  UcxTransport() {
+  UcxTransport() : TransportOf(Backend::kUcx) {
     ucp_config_t* cfg = nullptr;
     check_ucs(ucp_config_read(nullptr, nullptr, &cfg), "ucp_config_read");
     ucp_params_t params{};
@@ -319,14 +317,7 @@ class UcxTransport final : public Transport {
     for (auto& r : reqs) r->wait(d);
   }
 
-  Backend backend() const override { return Backend::kUcx; }
   Capabilities capabilities() const override { return {false, false, false, 0}; }
-  Link& link(int peer) override {
-    auto it = links_.find(peer);
-    if (it == links_.end())
-      throw_error(ErrorCode::kInvalidArgument, "ucx transport has no link to rank {} (not in its peer list)", peer);
-    return *it->second;
-  }
   void progress() override {
     if (ucp_worker_progress(worker_) != 0) detail::note_progress();
   }
@@ -369,7 +360,6 @@ class UcxTransport final : public Transport {
   ucp_worker_h worker_ = nullptr;
   MemoryRegistry registry_;
   std::map<int, std::unique_ptr<PeerState>> peers_;
-  std::map<int, std::unique_ptr<UcxLink>> links_;
 };
 
 }  // namespace

@@ -33,4 +33,10 @@ struct TpLayout {
   static TpLayout make(const ModelConfig& cfg, int rank, int size);
 };
 
+// The whole grid: p pipeline stages x t tensor-parallel ranks must be exactly the world
+// (rank = stage * t + k). Throws kInvalidArgument naming the flags otherwise, e.g.
+// "--pp 2 x --tp 3 = 6 ranks, but the job has 4 (mpirun -np 6)". Checked by every job that
+// lays a model out (prepare_job, evaluate_perplexity) before anything is loaded.
+void check_layout_ranks(int pp, int tp, int world_size);
+
 }  // namespace trellis::runtime
