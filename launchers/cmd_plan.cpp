@@ -1,11 +1,13 @@
-// `trellis plan`: predicts every (replicas, p, t, microbatches, variant, batch) layout of a
-// model on a cluster before anyone books it, ranks them by throughput under the SLO and
-// says why the winner wins. The cluster comes from the topology layer (synthetic spec,
-// hwloc XML files, or this machine); the numbers from sim's catalogs or a calibration file.
-// `--sbatch FILE` writes a Slurm batch script that runs the top pick with srun --mpi=pmix.
+// `trellis plan`: predicts every (replicas, p, t, microbatches, variant, precision, batch)
+// layout of a model on a cluster before anyone books it, ranks them by the objective (default:
+// goodput under chat-serving SLOs) and says why the winner wins; prints the mpirun command
+// and hostfile that run the top pick. Plans the model as trained unless --variants asks for
+// more. The cluster comes from the topology layer (synthetic spec, hwloc XML files, or this
+// machine) plus the planner's own NVLink domains (GB200 NVL72); the numbers from sim's
+// catalogs or a calibration file. `--sbatch FILE` writes a Slurm batch script that runs the
+// top pick with srun --mpi=pmix.
 #include <spdlog/spdlog.h>
 
-#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,8 @@
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/sim/calibration.hpp"
+#include "trellis/sim/cluster_spec.hpp"
+#include "trellis/sim/launch.hpp"
 #include "trellis/sim/planner.hpp"
 #include "trellis/sim/units.hpp"
 #include "trellis/sim/validate.hpp"
@@ -31,9 +35,10 @@ struct PlanOptions {
   std::vector<std::string> topo_files;
   std::string gpu;
   int gpus = 0;
-  double slo_tpot_ms = 0, slo_ttft_ms = 0;
-  std::string batch = "1,4,16,64,256";
-  std::string variants = "all";
+  double slo_tpot_ms = -1, slo_ttft_ms = -1;  // < 0: not given (the objective's default)
+  std::string objective = "goodput";
+  std::string batch = "1,2,4,8,16,32,64,128,256";
+  std::string variants;  // empty: the variant the model was trained as
   std::string calibration;
   std::string svg;
   std::string sim_model = "refined";
@@ -45,37 +50,7 @@ struct PlanOptions {
   bool json = false, no_sipipe = false, no_nvlink = false, no_replicas = false;
 };
 
-// "2x8xH100-NDR" -> a synthetic spec. Known fabrics: ndr, hdr, roce100/200/400, tcp.
-std::string expand_shorthand(const std::string& text) {
-  auto parts = split(text, 'x');
-  const std::string valid = "use a synthetic spec (key=value,..., see `trellis topo --help`) or HOSTSxGPUSxGPU[-FABRIC] "
-                            "such as 2x8xH100-NDR, with FABRIC one of ndr, hdr, roce100, roce200, roce400, tcp and GPU one of " +
-                            sim::device_names();
-  if (parts.size() != 3) throw_error(ErrorCode::kNotFound, "unknown cluster '{}'; {}", text, valid);
-  std::string gpu = parts[2], nics;
-  const std::map<std::string, std::string> fabrics = {{"ndr", "400g-ib"},     {"hdr", "200g-ib"},
-                                                      {"roce100", "100g-roce"}, {"roce200", "200g-roce"},
-                                                      {"roce400", "400g-roce"}, {"tcp", "100g-eth"}};
-  for (const auto& [suffix, nic] : fabrics) {
-    const std::string s = "-" + suffix;
-    if (to_lower(gpu).size() > s.size() && to_lower(gpu).ends_with(s)) {
-      gpu = gpu.substr(0, gpu.size() - s.size());
-      nics = (suffix == "tcp" ? "1x" : parts[1] + "x") + nic;
-    }
-  }
-  if (nics.empty()) nics = parts[1] + "x400g-ib";
-  try {
-    gpu = sim::find_device(gpu).name;
-    parse_int(parts[0], "hosts");
-    parse_int(parts[1], "gpus");
-  } catch (const Error& e) {
-    throw_error(ErrorCode::kNotFound, "unknown cluster '{}' ({}); {}", text, e.what(), valid);
-  }
-  if (gpu == "cpu") return fmt::format("hosts={}", parts[0]);
-  return fmt::format("hosts={},gpus={},gpu={},nics={}", parts[0], parts[1], gpu == "H200" ? "H200-SXM" : gpu, nics);
-}
-
-topology::Topology load_cluster(const PlanOptions& o, std::string& device_override) {
+topology::Topology load_cluster(const PlanOptions& o, std::string& device_override, int& nvlink_domain) {
   if (!o.cluster.empty() && !o.topo_files.empty())
     throw_error(ErrorCode::kInvalidArgument, "--cluster and --topo-file: give one of them");
   if (!o.topo_files.empty()) return topology::load_xml_hosts(o.topo_files);
@@ -85,21 +60,52 @@ topology::Topology load_cluster(const PlanOptions& o, std::string& device_overri
     t.fabric = topology::derive_fabric(t.hosts);
     return t;
   }
-  std::string spec = o.cluster.find('=') == std::string::npos ? expand_shorthand(o.cluster) : o.cluster;
-  // The topology's synthetic GPUs are a subset of sim's catalog; B200 is modelled on an
-  // H100-SXM host shape with B200 figures.
-  if (spec.find("gpu=B200") != std::string::npos) {
-    spec.replace(spec.find("gpu=B200"), 8, "gpu=H100-SXM,nvlink-bw=900GB");
-    if (device_override.empty()) device_override = "B200";
-  }
-  return topology::parse_synthetic(spec);
+  sim::ClusterSpec spec = sim::parse_cluster_spec(o.cluster, device_override);
+  device_override = spec.device;
+  nvlink_domain = spec.nvlink_domain;
+  return topology::parse_synthetic(spec.synthetic);
 }
 
-std::vector<sim::Variant> parse_variants(const std::string& text) {
+// --variants: empty means the variant the model was trained as.
+std::vector<sim::Variant> parse_variants(const std::string& text, const sim::ModelSpec& model) {
+  if (text.empty()) return {model.trained_variant};
   if (text == "all") return sim::all_variants();
   std::vector<sim::Variant> v;
-  for (const auto& s : split(text, ',')) v.push_back(sim::parse_variant(std::string(trim(s))));
+  for (const auto& s : split(text, ',')) {
+    try {
+      v.push_back(sim::parse_variant(std::string(trim(s))));
+    } catch (const Error& e) {
+      throw_error(e.code(), "--variants: {} (or all)", e.what());
+    }
+  }
   return v;
+}
+
+// --dtype: auto (bf16 on GPUs, f32 on CPUs), one precision, a list, or all (bf16 and, where
+// the device has FP8 tensor cores, fp8; f32 on CPUs).
+std::vector<sim::Precision> parse_precisions(const std::string& text, const sim::DeviceSpec& d) {
+  const bool cpu = d.kind == sim::DeviceKind::kCpu;
+  if (text == "auto") return {cpu ? sim::Precision::kF32 : sim::Precision::kBf16};
+  if (text == "all") {
+    if (cpu) return {sim::Precision::kF32};
+    if (d.has_fp8()) return {sim::Precision::kBf16, sim::Precision::kFp8};
+    return {sim::Precision::kBf16};
+  }
+  std::vector<sim::Precision> out;
+  for (const auto& s : split(text, ',')) {
+    sim::Precision p;
+    try {
+      p = sim::parse_precision(trim(s));
+    } catch (const Error&) {
+      throw_error(ErrorCode::kInvalidArgument, "--dtype '{}': valid: auto, all, bf16, fp8, f32 or a list like bf16,fp8",
+                  text);
+    }
+    if (p == sim::Precision::kFp8 && !d.has_fp8())
+      throw_error(ErrorCode::kInvalidArgument, "--dtype fp8: {} has no FP8 tensor cores; devices that have them: {}",
+                  d.name, sim::fp8_device_names());
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
 }
 
 void apply_calibration(sim::PlanRequest& r, const sim::Calibration& cal) {
@@ -138,11 +144,16 @@ void apply_calibration(sim::PlanRequest& r, const sim::Calibration& cal) {
 
 // `cores_per_host` (may be null): the smallest host's cores, 0 when unknown.
 sim::PlanRequest build_request(const PlanOptions& o, std::optional<sim::Calibration>& cal,
-                               int* cores_per_host = nullptr) {
+                               int* cores_per_host = nullptr, std::vector<std::string>* host_names = nullptr) {
   sim::PlanRequest r;
   r.model = sim::load_model(o.model);
   std::string device = o.gpu;
-  topology::Topology topo = load_cluster(o, device);
+  int nvlink_domain = 0;
+  topology::Topology topo = load_cluster(o, device, nvlink_domain);
+  if (host_names) {
+    host_names->clear();
+    for (const auto& h : topo.hosts) host_names->push_back(h.name);
+  }
   if (cores_per_host) {
     *cores_per_host = 0;
     for (const auto& h : topo.hosts)
@@ -151,10 +162,10 @@ sim::PlanRequest build_request(const PlanOptions& o, std::optional<sim::Calibrat
   if (o.no_nvlink) topo = topology::without_nvlink(std::move(topo));
   if (!o.calibration.empty()) cal = sim::Calibration::load(o.calibration);
   r.cluster = sim::make_cluster_view(topo, device, cal ? &*cal : nullptr, o.ranks_per_host);
-  const bool f32 = o.dtype == "f32" || (o.dtype == "auto" && r.cluster.device.kind == sim::DeviceKind::kCpu);
-  if (o.dtype != "auto" && o.dtype != "f32" && o.dtype != "bf16")
-    throw_error(ErrorCode::kInvalidArgument, "--dtype '{}': valid: auto, bf16, f32", o.dtype);
-  r.work.weight_bytes = r.work.kv_bytes = r.work.act_bytes = f32 ? 4 : 2;
+  if (nvlink_domain > 0) sim::set_nvlink_domain(r.cluster, nvlink_domain, cal ? &*cal : nullptr);
+  const auto precisions = parse_precisions(o.dtype, r.cluster.device);
+  r.work = sim::with_precision(r.work, precisions.front());
+  if (precisions.size() > 1) r.precisions = precisions;
   r.work.prompt_len = o.prompt_len;
   r.work.gen_len = o.gen_len;
   r.devices = o.gpus;
@@ -163,9 +174,15 @@ sim::PlanRequest build_request(const PlanOptions& o, std::optional<sim::Calibrat
     if (b < 1) throw_error(ErrorCode::kInvalidArgument, "--batch: {} is not >= 1", b);
     r.batches.push_back(static_cast<int>(b));
   }
-  r.variants = parse_variants(o.variants);
+  r.variants = parse_variants(o.variants, r.model);
+  r.objective = sim::parse_objective(o.objective);
+  // SLOs: as given (0 switches one off); otherwise goodput and latency plan for the default
+  // chat-serving SLOs on GPU clusters. CPU hosts (trellis's development target) get none.
+  const bool defaults = r.objective != sim::Objective::kThroughput && r.cluster.device.kind == sim::DeviceKind::kGpu;
   if (o.slo_tpot_ms > 0) r.slo_tpot_s = o.slo_tpot_ms * 1e-3;
+  else if (o.slo_tpot_ms < 0 && defaults) r.slo_tpot_s = sim::kDefaultSloTpotS;
   if (o.slo_ttft_ms > 0) r.slo_ttft_s = o.slo_ttft_ms * 1e-3;
+  else if (o.slo_ttft_ms < 0 && defaults) r.slo_ttft_s = sim::kDefaultSloTtftS;
   if (o.no_sipipe) r.techniques = sim::PipelineTechniques{false, false, false};
   if (o.sim_model == "appendix") r.kind = sim::ModelKind::kAppendix;
   else if (o.sim_model != "refined")
@@ -183,22 +200,28 @@ nlohmann::json candidate_json(const sim::Candidate& c) {
   const auto& p = c.prediction;
   nlohmann::json j = {{"replicas", c.replicas}, {"pp", c.layout.p}, {"tp", c.layout.t},
                       {"microbatches", c.layout.microbatches}, {"variant", sim::to_string(c.layout.variant)},
-                      {"batch", c.batch}, {"feasible", p.feasible}};
+                      {"precision", sim::to_string(c.precision)}, {"batch", c.batch}, {"feasible", p.feasible},
+                      {"needs_trained_model", c.needs_trained_model}};
   if (!p.feasible) {
     j["reason"] = p.reason;
+    if (c.miss > 0) j["miss"] = c.miss;
     return j;
   }
   j.update({{"tokens_per_s", c.total_tokens_per_s}, {"decode_tokens_per_s", p.decode_tokens_per_s * c.replicas},
-            {"tpot_ms", p.tpot_s * 1e3}, {"ttft_ms", p.ttft_s * 1e3},
+            {"tpot_ms", p.tpot_s * 1e3}, {"ttft_ms", p.ttft_s * 1e3}, {"request_latency_s", c.request_latency_s},
             {"memory_per_device_GiB", p.memory.total() / sim::kGiB}, {"tp_link", c.tp_link},
-            {"dominant", p.dominant}, {"warnings", p.warnings}});
-  if (!c.slo_miss.empty()) j["slo_miss"] = c.slo_miss;
+            {"tp_hosts", c.tp_hosts}, {"dominant", p.dominant}, {"warnings", p.warnings}});
+  if (!c.slo_miss.empty()) {
+    j["slo_miss"] = c.slo_miss;
+    j["miss"] = c.miss;
+  }
   const auto& d = p.decode;
   j["decode_breakdown_ms"] = {{"compute", d.compute * 1e3}, {"memory_bound", d.compute_memory_bound * 1e3},
                               {"tp_comm", d.tp_comm * 1e3}, {"tp_comm_hidden", d.tp_comm_hidden * 1e3},
+                              {"tp_comm_inter_host", d.tp_comm_inter * 1e3},
                               {"logits_gather", d.logits_gather * 1e3}, {"boundary", d.boundary * 1e3},
                               {"sampling", d.sampling * 1e3}, {"input_prep", d.input_prep * 1e3},
-                              {"bubble", d.bubble * 1e3}};
+                              {"bubble", d.bubble * 1e3}, {"host_gap", d.host_gap * 1e3}};
   return j;
 }
 
@@ -215,52 +238,118 @@ std::map<std::string, int> rejection_counts(const sim::PlanResult& res) {
   return n;
 }
 
+// What the ranking maximises, in one line.
+std::string objective_line(const sim::PlanRequest& r) {
+  const bool slo = r.slo_ttft_s || r.slo_tpot_s;
+  switch (r.objective) {
+    case sim::Objective::kGoodput:
+      return slo ? "goodput: tokens/s of the layouts that meet the SLO (--objective throughput|latency)"
+                 : "goodput with no SLO: tokens/s (--objective throughput|latency)";
+    case sim::Objective::kThroughput: return "throughput: tokens/s, no default SLO (--objective goodput|latency)";
+    case sim::Objective::kLatency:
+      return fmt::format("latency: the shortest request (TTFT + {} x TPOT){} (--objective goodput|throughput)",
+                         r.work.gen_len, slo ? " among the layouts that meet the SLO" : "");
+  }
+  return {};
+}
+
+// "SLO      TPOT <= 50 ms, TTFT <= 2000 ms (defaults: ...)".
+std::string slo_line(const sim::PlanRequest& r, const PlanOptions& o) {
+  auto one = [](const std::optional<double>& v) { return v ? fmt::format("{:g} ms", *v * 1e3) : std::string("-"); };
+  const bool defaulted = (o.slo_tpot_ms < 0 && r.slo_tpot_s) || (o.slo_ttft_ms < 0 && r.slo_ttft_s);
+  return fmt::format("SLO      TPOT <= {}, TTFT <= {}{}\n", one(r.slo_tpot_s), one(r.slo_ttft_s),
+                     defaulted ? " (defaults for chat serving, docs/planner.md; --slo-tpot-ms/--slo-ttft-ms change "
+                                 "them, 0 drops one)"
+                               : "");
+}
+
+bool show_precision(const sim::PlanRequest& r) { return r.precisions.size() > 1 || r.work.fp8_linear; }
+
+// One table row; `last` is the text after the TP link column.
+std::string row(int i, const sim::Candidate& c, int devices, bool precision, const std::string& last) {
+  const auto& p = c.prediction;
+  return fmt::format("{:>3} {:>9} {:>3} {:<9}{} {:>5} {:>10.0f} {:>9.1f} {:>9.2f} {:>9.1f} {:>8.1f}  {}{}\n", i,
+                     layout_name(c), c.layout.microbatches, sim::to_string(c.layout.variant),
+                     precision ? fmt::format(" {:<4}", sim::to_string(c.precision)) : std::string(), c.batch,
+                     c.total_tokens_per_s, c.total_tokens_per_s / devices, p.tpot_s * 1e3, p.ttft_s * 1e3,
+                     p.memory.total() / sim::kGiB, c.tp_link, last);
+}
+
+std::string header(bool precision, const char* last) {
+  return fmt::format("{:>3} {:>9} {:>3} {:<9}{} {:>5} {:>10} {:>9} {:>9} {:>9} {:>8}  {}\n", "#", "d x p x t", "m",
+                     "variant", precision ? fmt::format(" {:<4}", "prec") : std::string(), "batch", "tokens/s",
+                     "tok/s/dev", "TPOT ms", "TTFT ms", "mem GiB", last);
+}
+
+std::string label(const sim::Candidate& c) {
+  if (c.layout.variant == sim::Variant::kNoComm) return " (bound: outputs wrong)";
+  if (c.needs_trained_model) return " (needs a model trained for it)";
+  return {};
+}
+
 void print_text(const sim::PlanRequest& r, const sim::PlanResult& res, const PlanOptions& o, double ms) {
   const double params = r.model.total_params();
-  std::cout << fmt::format("model    {} ({} parameters, {} layers, {} heads / {} KV heads)\n", r.model.name,
+  std::cout << fmt::format("model    {} ({} parameters, {} layers, {} heads / {} KV heads), trained as {}{}\n",
+                           r.model.name,
                            params >= 1e9 ? fmt::format("{:.1f} B", params / 1e9) : fmt::format("{:.1f} M", params / 1e6),
-                           r.model.layers, r.model.heads, r.model.kv_heads);
+                           r.model.layers, r.model.heads, r.model.kv_heads, sim::to_string(r.model.trained_variant),
+                           r.model.trained_variant_field.empty()
+                               ? std::string()
+                               : fmt::format(" (config: {})", r.model.trained_variant_field));
   std::cout << fmt::format("cluster  {}\n", r.cluster.description);
-  std::cout << fmt::format("workload prompt {} + generate {} tokens, {} per element, SiPipe techniques {}, {} model\n",
-                           r.work.prompt_len, r.work.gen_len, r.work.act_bytes >= 4 ? "f32" : "bf16",
-                           o.no_sipipe ? "off" : "on", o.sim_model);
-  if (r.slo_tpot_s || r.slo_ttft_s)
-    std::cout << fmt::format("SLO      TPOT <= {} ms, TTFT <= {} ms\n", o.slo_tpot_ms > 0 ? fmt::format("{:g}", o.slo_tpot_ms) : "-",
-                             o.slo_ttft_ms > 0 ? fmt::format("{:g}", o.slo_ttft_ms) : "-");
+  std::string prec;
+  for (auto p : r.precisions) prec += (prec.empty() ? "" : " and ") + std::string(sim::to_string(p));
+  if (prec.empty()) prec = r.work.act_bytes >= 4 ? "f32" : r.work.fp8_linear ? "fp8" : "bf16";
+  std::cout << fmt::format("workload prompt {} + generate {} tokens, {} weights and KV cache, SiPipe techniques {}, {} model\n",
+                           r.work.prompt_len, r.work.gen_len, prec, o.no_sipipe ? "off" : "on", o.sim_model);
+  std::string variants;
+  for (auto v : r.variants) variants += (variants.empty() ? "" : ",") + std::string(sim::to_string(v));
+  std::cout << fmt::format("variants {}{}\n", variants,
+                           o.variants.empty() ? " (the model as trained; --variants all for the others, which need a "
+                                                "model trained for them)"
+                                              : fmt::format(" (all but {} need a model trained for them)",
+                                                            sim::to_string(r.model.trained_variant)));
+  std::cout << "objective " << objective_line(r) << "\n";
+  if (r.slo_tpot_s || r.slo_ttft_s) std::cout << slo_line(r, o);
   std::cout << fmt::format("searched {} layouts in {:.1f} ms: {} within the SLO, {} rejected\n\n", res.evaluated, ms,
                            res.ranked.size(), res.rejected.size());
   for (const auto& w : res.warnings) std::cout << "warning: " << w << "\n";
+  const bool precision = show_precision(r);
+  const int n = r.devices > 0 ? r.devices : r.cluster.ranks();
   if (res.ranked.empty()) {
     std::cout << "no feasible configuration: binding constraint is " << res.binding_constraint << "\n";
+    if (!res.closest.empty()) {
+      const bool fits = res.closest.front().prediction.feasible;
+      std::cout << "\nclosest misses, one per grid (how far each misses):\n"
+                << (fits ? header(precision, "TP link, misses by")
+                         : fmt::format("{:>3} {:>9} {:>3} {:<9} {:>5}  {}\n", "#", "d x p x t", "m", "variant", "batch",
+                                       "misses by"));
+      for (int i = 0; i < std::min<int>(o.top, static_cast<int>(res.closest.size())); ++i) {
+        const auto& c = res.closest[static_cast<std::size_t>(i)];
+        if (!c.prediction.feasible) {
+          const auto& p = c.prediction;
+          std::cout << fmt::format("{:>3} {:>9} {:>3} {:<9} {:>5}  memory: needs {:.1f} GiB per device > {:.1f} GiB "
+                                   "usable (+{:.0f}%)\n",
+                                   i + 1, layout_name(c), c.layout.microbatches, sim::to_string(c.layout.variant),
+                                   c.batch, p.memory.total() / sim::kGiB, p.capacity / sim::kGiB, 100 * (c.miss - 1));
+        } else {
+          std::cout << row(i + 1, c, n, precision, ", " + c.slo_miss + label(c));
+        }
+      }
+    }
     return;
   }
-  std::cout << fmt::format("{:>3} {:>9} {:>3} {:<9} {:>5} {:>10} {:>9} {:>9} {:>9} {:>8}  {}\n", "#", "d x p x t", "m",
-                           "variant", "batch", "tokens/s", "tok/s/dev", "TPOT ms", "TTFT ms", "mem GiB", "TP link");
-  const int n = r.devices > 0 ? r.devices : r.cluster.ranks();
+  std::cout << header(precision, "TP link");
   for (int i = 0; i < std::min<int>(o.top, static_cast<int>(res.ranked.size())); ++i) {
     const auto& c = res.ranked[static_cast<std::size_t>(i)];
-    const auto& p = c.prediction;
-    std::cout << fmt::format("{:>3} {:>9} {:>3} {:<9} {:>5} {:>10.0f} {:>9.1f} {:>9.2f} {:>9.1f} {:>8.1f}  {}{}\n", i + 1,
-                             layout_name(c), c.layout.microbatches, sim::to_string(c.layout.variant), c.batch,
-                             c.total_tokens_per_s, c.total_tokens_per_s / n, p.tpot_s * 1e3, p.ttft_s * 1e3,
-                             p.memory.total() / sim::kGiB, c.tp_link,
-                             c.layout.variant == sim::Variant::kNoComm ? " (bound: outputs wrong)" : "");
+    std::cout << row(i + 1, c, n, precision, label(c));
   }
   std::cout << "\nwhy #1: " << res.why << "\n";
+  if (res.tp_across_hosts) std::cout << res.tp_across_hosts->line << "\n";
   std::cout << "rejected:";
   for (const auto& [k, v] : rejection_counts(res)) std::cout << fmt::format(" {} x {};", v, k);
   std::cout << (res.rejected.empty() ? " none\n" : "\n");
   for (const auto& w : res.ranked.front().prediction.warnings) std::cout << "warning: " << w << "\n";
-}
-
-// Quotes a word for a POSIX shell when it needs it.
-std::string shell_quote(const std::string& w) {
-  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=.,/:@%") ==
-                        std::string::npos)
-    return w;
-  std::string out = "'";
-  for (char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 // The checkpoint `trellis run` loads: --model when it is a directory or a config.json (its
@@ -281,66 +370,52 @@ const sim::Candidate* sbatch_pick(const sim::PlanResult& res) {
   return nullptr;
 }
 
-// A Slurm batch script for one candidate: one job step of p x t tasks started by
-// `srun --mpi=pmix` (each replica is one task of a job array), as many tasks per node as
-// the plan put ranks on a host, one GPU per task on GPU clusters.
-std::string sbatch_script(const sim::PlanRequest& r, const sim::Candidate& c, const PlanOptions& o, int cores_per_host) {
-  const int ranks = c.layout.p * c.layout.t;
-  const int per_host = std::max(1, std::min(r.cluster.devices_per_host, ranks));
-  const int nodes = (ranks + per_host - 1) / per_host;
-  const bool gpu = r.cluster.device.kind == sim::DeviceKind::kGpu;
-  const int cpus_per_task = cores_per_host > 0 ? std::max(1, cores_per_host / std::max(1, r.cluster.devices_per_host)) : 0;
-  const std::string checkpoint = checkpoint_of(o.model);
-  // A catalog name, or the checkpoint directory's name: what Slurm lists the job as.
-  std::string name = checkpoint.empty() ? r.model.name : std::filesystem::path(checkpoint).filename().string();
-  for (char& ch : name)
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_') ch = '-';
-  const auto& p = c.prediction;
-  std::string s = "#!/bin/bash\n";
-  s += fmt::format("# trellis plan's pick for {} on {}:\n", checkpoint.empty() ? r.model.name : checkpoint,
-                   r.cluster.description);
-  s += fmt::format("#   {} replica(s) x pp {} x tp {}, variant {}, batch {} per replica, {} microbatch(es);\n", c.replicas,
-                   c.layout.p, c.layout.t, sim::to_string(c.layout.variant), c.batch, c.layout.microbatches);
-  s += fmt::format("#   predicted {:.0f} tokens/s in all, TPOT {:.2f} ms, TTFT {:.1f} ms, {:.1f} GiB per {}.\n",
-                   c.total_tokens_per_s, p.tpot_s * 1e3, p.ttft_s * 1e3, p.memory.total() / sim::kGiB,
-                   gpu ? "GPU" : "rank");
-  s += fmt::format("# Written by: {}\n", o.command_line);
-  s += "# Submit: sbatch THIS_FILE";
-  s += checkpoint.empty() ? fmt::format(" with TRELLIS_MODEL=<{}'s checkpoint: a directory with config.json and "
-                                        "safetensors, or a .gguf>",
-                                        r.model.name)
-                          : " (TRELLIS_MODEL=... to load another checkpoint)";
-  s += "; TRELLIS=... picks the binary. docs/launch.md\n";
-  s += fmt::format("#SBATCH --job-name=trellis-{}-{}\n", name, layout_name(c));
-  s += fmt::format("#SBATCH --nodes={}\n", nodes);
-  if (ranks % per_host != 0) s += fmt::format("#SBATCH --ntasks={}\n", ranks);
-  s += fmt::format("#SBATCH --ntasks-per-node={}\n", per_host);
-  if (gpu) s += "#SBATCH --gpus-per-task=1\n";
-  if (cpus_per_task > 0) s += fmt::format("#SBATCH --cpus-per-task={}\n", cpus_per_task);
-  if (c.replicas > 1) {
-    s += fmt::format("# One array task per data-parallel replica ({}); give each its own prompts (--prompts).\n",
-                     c.replicas);
-    s += fmt::format("#SBATCH --array=0-{}\n", c.replicas - 1);
+std::string launch_text(const sim::Launch& l, const sim::Candidate& c) {
+  const auto& r0 = l.replicas.front();
+  std::string s = fmt::format("\nrun #{}: {} x (pp {} x tp {}){}\n", 1, c.replicas, c.layout.p, c.layout.t,
+                              c.replicas > 1 ? ", replica 0 shown" : "");
+  s += "  cat > hosts.0 <<'EOF'\n";
+  for (const auto& line : split(r0.hostfile, '\n')) s += "  " + line + "\n";
+  s += "  EOF\n";
+  s += "  " + r0.serve + "\n";
+  s += "  " + r0.run + "    # or a batch run\n";
+  if (l.replicas.size() > 1) {
+    const auto& r1 = l.replicas[1];
+    std::string hosts1;
+    for (auto line : split(r1.hostfile, '\n')) {
+      if (const auto hash = line.find("  # "); hash != std::string::npos)
+        line = line.substr(0, hash) + " (" + line.substr(hash + 4) + ")";
+      hosts1 += (hosts1.empty() ? "" : ", ") + line;
+    }
+    s += fmt::format("  replica 1: hosts.1 = {}{}, --port {}; and so on\n", hosts1,
+                     r1.devices.empty() ? std::string() : ", CUDA_VISIBLE_DEVICES=" + r1.devices, r1.port);
   }
-  s += "#SBATCH --output=trellis-%j.out\n";
-  s += "set -euo pipefail\n";
-  s += "TRELLIS=${TRELLIS:-trellis}\n";
-  s += fmt::format("MODEL=${{TRELLIS_MODEL:-{}}}\n", shell_quote(checkpoint));
-  s += fmt::format("[ -n \"$MODEL\" ] && [ -e \"$MODEL\" ] || {{ echo \"set TRELLIS_MODEL to {}'s checkpoint "
-                   "(directory with config.json + safetensors, or a .gguf); got '$MODEL'\" >&2; exit 2; }}\n",
-                   name);
-  s += "# srun starts the tasks on the nodes Slurm gave; PMIx (--mpi=pmix) gives each its MPI rank.\n";
-  s += fmt::format("srun --mpi=pmix \"$TRELLIS\" run --model \"$MODEL\" --pp {} --tp {}", c.layout.p, c.layout.t);
-  if (c.layout.variant != sim::Variant::kStandard) s += fmt::format(" --variant {}", sim::to_string(c.layout.variant));
-  s += fmt::format(" --max-seqs {} \\\n  --workload n={},in={},out={} --out \"trellis-$SLURM_JOB_ID.jsonl\"\n",
-                   c.batch, c.batch, r.work.prompt_len, r.work.gen_len);
+  for (const auto& n : l.notes) s += "  note: " + n + "\n";
   return s;
+}
+
+nlohmann::json launch_json(const sim::Launch& l) {
+  nlohmann::json j = {{"model", l.model}, {"notes", l.notes}};
+  j["replicas"] = nlohmann::json::array();
+  for (const auto& r : l.replicas)
+    j["replicas"].push_back({{"hostfile", r.hostfile}, {"cuda_visible_devices", r.devices}, {"port", r.port},
+                             {"serve", r.serve}, {"run", r.run}});
+  return j;
+}
+
+nlohmann::json tp_across_json(const sim::TpAcrossHosts& x) {
+  nlohmann::json j = {{"hosts", x.hosts}, {"domain", x.domain}, {"link", x.link},
+                      {"link_GBps_per_rank", x.link_bandwidth / 1e9}, {"inter_host_ms_per_step", x.inter_s * 1e3},
+                      {"decode_step_ms", x.step_s * 1e3}, {"gain", x.gain}, {"explanation", x.line}};
+  if (x.alternative) j["best_tp_inside_a_host"] = candidate_json(*x.alternative);
+  return j;
 }
 
 int run_plan(Session&, const PlanOptions& o) {
   std::optional<sim::Calibration> cal;
   int cores_per_host = 0;
-  sim::PlanRequest r = build_request(o, cal, &cores_per_host);
+  std::vector<std::string> hosts;
+  sim::PlanRequest r = build_request(o, cal, &cores_per_host, &hosts);
   if (o.sbatch == "-" && o.json) throw_error(ErrorCode::kInvalidArgument, "--sbatch - and --json both want stdout");
   if (!o.validate.empty()) {
     std::cout << sim::format_validation(sim::validate(r, sim::load_measurements(o.validate), cal ? &*cal : nullptr));
@@ -356,10 +431,11 @@ int run_plan(Session&, const PlanOptions& o) {
                                           r.cluster.hosts, r.cluster.devices_per_host, r.cluster.device.name,
                                           o.sim_model));
   }
-  const sim::Candidate* pick = o.sbatch.empty() ? nullptr : sbatch_pick(res);
+  const sim::Candidate* top = sbatch_pick(res);
+  const sim::Candidate* pick = o.sbatch.empty() ? nullptr : top;
   if (!o.sbatch.empty() && !res.ranked.empty()) {
     if (!pick) throw_error(ErrorCode::kNotFound, "--sbatch: every ranked layout is the nocomm bound (outputs wrong)");
-    const std::string script = sbatch_script(r, *pick, o, cores_per_host);
+    const std::string script = sim::sbatch_script(r, *pick, checkpoint_of(o.model), o.command_line, cores_per_host);
     if (o.sbatch == "-") {
       std::cout << script;
       return 0;
@@ -371,18 +447,33 @@ int run_plan(Session&, const PlanOptions& o) {
     std::filesystem::permissions(o.sbatch, std::filesystem::perms::owner_exec | std::filesystem::perms::group_exec,
                                  std::filesystem::perm_options::add, ec);
   }
+  std::optional<sim::Launch> launch;
+  if (top) launch = sim::launch_commands(r, *top, hosts, checkpoint_of(o.model));
   if (o.json) {
-    nlohmann::json j = {{"model", r.model.name}, {"cluster", r.cluster.description}, {"evaluated", res.evaluated},
-                        {"search_ms", ms}, {"binding_constraint", res.binding_constraint}, {"why", res.why},
-                        {"warnings", res.warnings}};
+    nlohmann::json j = {{"model", r.model.name}, {"trained_variant", sim::to_string(r.model.trained_variant)},
+                        {"cluster", r.cluster.description}, {"objective", sim::to_string(r.objective)},
+                        {"evaluated", res.evaluated}, {"search_ms", ms}, {"binding_constraint", res.binding_constraint},
+                        {"why", res.why}, {"warnings", res.warnings}};
+    j["slo"] = {{"ttft_ms", r.slo_ttft_s ? nlohmann::json(*r.slo_ttft_s * 1e3) : nlohmann::json()},
+                {"tpot_ms", r.slo_tpot_s ? nlohmann::json(*r.slo_tpot_s * 1e3) : nlohmann::json()},
+                {"ttft_default", o.slo_ttft_ms < 0 && r.slo_ttft_s.has_value()},
+                {"tpot_default", o.slo_tpot_ms < 0 && r.slo_tpot_s.has_value()}};
     j["ranked"] = nlohmann::json::array();
     for (int i = 0; i < std::min<int>(o.top, static_cast<int>(res.ranked.size())); ++i)
       j["ranked"].push_back(candidate_json(res.ranked[static_cast<std::size_t>(i)]));
+    if (res.ranked.empty()) {
+      j["closest"] = nlohmann::json::array();
+      for (int i = 0; i < std::min<int>(o.top, static_cast<int>(res.closest.size())); ++i)
+        j["closest"].push_back(candidate_json(res.closest[static_cast<std::size_t>(i)]));
+    }
+    if (res.tp_across_hosts) j["tp_across_hosts"] = tp_across_json(*res.tp_across_hosts);
+    if (launch) j["launch"] = launch_json(*launch);
     j["rejected_counts"] = rejection_counts(res);
     if (pick) j["sbatch"] = {{"file", o.sbatch}, {"layout", candidate_json(*pick)}};
     std::cout << j.dump(2) << "\n";
   } else {
     print_text(r, res, o, ms);
+    if (launch) std::cout << launch_text(*launch, *top);
     if (pick)
       std::cout << fmt::format("sbatch script for {} (pp {} x tp {}, {}) written to {}: sbatch {}\n", layout_name(*pick),
                                pick->layout.p, pick->layout.t, sim::to_string(pick->layout.variant), o.sbatch, o.sbatch);
@@ -396,23 +487,51 @@ Action define_plan(CLI::App& sub) {
   auto o = std::make_shared<PlanOptions>();
   sub.add_option("--model", o->model, "Catalog model (" + sim::model_names() + ") or a config.json path")->required();
   sub.add_option("--cluster", o->cluster,
-                 "Synthetic spec (hosts=2,gpus=8,gpu=H100-SXM,nics=8x400g-ib; see `trellis topo --help`) or "
-                 "HOSTSxGPUSxGPU[-FABRIC] like 2x8xH100-NDR. Default: this machine");
+                 "Synthetic spec (hosts=2,gpus=8,gpu=H100-SXM,nics=8x400g-ib; see `trellis topo --help`; plus "
+                 "nvlink-domain=N and any catalog GPU), HOSTSxGPUSxGPU[-FABRIC] like 2x8xH100-NDR or 2x8xH20-ROCE400, "
+                 "or RACKSxNVL72[-FABRIC] like 1xNVL72 (GB200 NVL72: 18 trays x 4 GPUs, one NVLink domain). "
+                 "Default: this machine");
   sub.add_option("--topo-file", o->topo_files, "hwloc XML file per host, or NxFILE; repeatable");
   sub.add_option("--gpu", o->gpu, "Device catalog entry to use instead of the topology's model (" + sim::device_names() + ")");
   sub.add_option("--ranks-per-host", o->ranks_per_host, "CPU hosts: ranks per host (default: one per NUMA node)")
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--gpus", o->gpus, "Devices to use (default: all)")->check(CLI::NonNegativeNumber);
-  sub.add_option("--slo-tpot-ms", o->slo_tpot_ms, "Largest acceptable time per output token");
-  sub.add_option("--slo-ttft-ms", o->slo_ttft_ms, "Largest acceptable time to first token");
+  const CLI::Validator slo_check(
+      [](std::string& v) {
+        try {
+          return std::stod(v) >= 0 ? std::string() : std::string("must be >= 0 ms (0 drops the SLO)");
+        } catch (const std::exception&) {
+          return std::string("not a number of milliseconds");
+        }
+      },
+      "MS");
+  sub.add_option("--objective", o->objective,
+                 "goodput (tokens/s of layouts meeting the SLOs), throughput (tokens/s; no default SLOs) or latency "
+                 "(shortest request meeting the SLOs)")
+      ->capture_default_str();
+  sub.add_option("--slo-tpot-ms", o->slo_tpot_ms,
+                 fmt::format("Largest acceptable time per output token (default {:g} ms under goodput/latency on "
+                             "GPUs; 0: none)",
+                             sim::kDefaultSloTpotS * 1e3))
+      ->check(slo_check);
+  sub.add_option("--slo-ttft-ms", o->slo_ttft_ms,
+                 fmt::format("Largest acceptable time to first token (default {:g} ms under goodput/latency on "
+                             "GPUs; 0: none)",
+                             sim::kDefaultSloTtftS * 1e3))
+      ->check(slo_check);
   sub.add_option("--batch", o->batch, "Concurrent sequences per replica, e.g. 1,4,16 or 1-256")->capture_default_str();
   sub.add_option("--prompt-len", o->prompt_len, "Prompt tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
   sub.add_option("--gen-len", o->gen_len, "Generated tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
-  sub.add_option("--variants", o->variants, "all, or a list of standard,parallel,ladder,desync2,desync4,lp,nocomm")
-      ->capture_default_str();
+  sub.add_option("--variants", o->variants,
+                 "Default: the variant the model was trained as (standard, or parallel when its config says so). "
+                 "all, or a list of standard,parallel,ladder,desync2,desync4,lp,nocomm: the others need a model "
+                 "trained for them");
   sub.add_option("--calibration", o->calibration, "Calibration JSON from `trellis bench comm` (schema: docs/planner.md)");
   sub.add_option("--sim-model", o->sim_model, "refined (default) or appendix (SiPipe eq. 1-10 as written)");
-  sub.add_option("--dtype", o->dtype, "auto (bf16 on GPUs, f32 on CPUs), bf16 or f32")->capture_default_str();
+  sub.add_option("--dtype", o->dtype,
+                 "Weights and KV cache: auto (bf16 on GPUs, f32 on CPUs), bf16, fp8 (e4m3, on GPUs with FP8 tensor "
+                 "cores: " + sim::fp8_device_names() + "), f32, a list like bf16,fp8, or all")
+      ->capture_default_str();
   sub.add_option("--top", o->top, "Rows to print")->capture_default_str()->check(CLI::PositiveNumber);
   sub.add_flag("--no-sipipe", o->no_sipipe, "Model a pipeline without SiPipe's CPU sampling, token-safe inputs and SAT");
   sub.add_flag("--no-nvlink", o->no_nvlink, "Treat NVLink as absent (interconnect study)");
@@ -434,7 +553,7 @@ Action define_plan(CLI::App& sub) {
         o->command_line += " " + name;
         continue;
       }
-      for (const auto& v : opt->results()) o->command_line += " " + name + " " + shell_quote(v);
+      for (const auto& v : opt->results()) o->command_line += " " + name + " " + sim::shell_quote(v);
     }
     return run_plan(s, *o);
   };

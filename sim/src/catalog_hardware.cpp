@@ -24,23 +24,46 @@ const std::vector<DeviceSpec>& devices() {
        "NVIDIA A100 datasheet (80GB PCIe): BF16 312 dense / 624 sparse; HBM2e 1,935 GB/s; no NVSwitch"},
       {"H100-SXM", DeviceKind::kGpu, tflops(989), tflops(1979), tflops(67), 80 * kGB, gbyte_per_s(3350),
        "nvlink4", "pcie5", us(4),
-       "NVIDIA H100 datasheet (SXM5 80GB): BF16 989 TFLOP/s dense, 1,979 sparse; FP32 67; HBM3 3.35 TB/s"},
+       "NVIDIA H100 datasheet (SXM5 80GB): BF16 989 TFLOP/s dense, 1,979 sparse; FP8 1,979 dense, 3,958 sparse; "
+       "FP32 67; HBM3 3.35 TB/s",
+       tflops(1979)},
       {"H100-PCIe", DeviceKind::kGpu, tflops(756), tflops(1513), tflops(51), 80 * kGB, gbyte_per_s(2000),
        "pcie5", "pcie5", us(4),
-       "NVIDIA H100 datasheet (PCIe 80GB): BF16 756 dense / 1,513 sparse; FP32 51; HBM2e 2.0 TB/s; "
-       "NVLink bridge only pairs GPUs, so the in-host class is PCIe Gen5"},
+       "NVIDIA H100 datasheet (PCIe 80GB): BF16 756 dense / 1,513 sparse; FP8 1,513 dense / 3,026 sparse; FP32 51; "
+       "HBM2e 2.0 TB/s; NVLink bridge only pairs GPUs, so the in-host class is PCIe Gen5",
+       tflops(1513)},
       {"H200", DeviceKind::kGpu, tflops(989), tflops(1979), tflops(67), 141 * kGB, gbyte_per_s(4800),
        "nvlink4", "pcie5", us(4),
-       "NVIDIA H200 datasheet (SXM): BF16 989 dense / 1,979 sparse (same die as H100 SXM); 141 GB HBM3e at "
-       "4.8 TB/s"},
+       "NVIDIA H200 datasheet (SXM): BF16 989 dense / 1,979 sparse, FP8 1,979 dense / 3,958 sparse (same die as "
+       "H100 SXM); 141 GB HBM3e at 4.8 TB/s",
+       tflops(1979)},
       {"B200", DeviceKind::kGpu, tflops(2250), tflops(4500), tflops(80), 180 * kGB, gbyte_per_s(8000),
        "nvlink5", "pcie5", us(4),
-       "NVIDIA HGX B200 datasheet per GPU: FP16/BF16 2.25 PFLOP/s dense, 4.5 sparse; 180 GB usable HBM3e "
-       "(1.44 TB per 8 GPUs) at 8 TB/s; FP32 ~80 TFLOP/s (approximate)"},
+       "NVIDIA HGX B200 datasheet per GPU: FP16/BF16 2.25 PFLOP/s dense, 4.5 sparse; FP8 4.5 dense, 9 sparse; "
+       "180 GB usable HBM3e (1.44 TB per 8 GPUs) at 8 TB/s; FP32 ~80 TFLOP/s (approximate)",
+       tflops(4500)},
+      // GB200 NVL72: one rack of 18 compute trays, each 2 Grace CPUs + 4 Blackwell GPUs, all 72
+      // GPUs in one NVLink domain through 9 NVLink Switch trays (`1xNVL72` in trellis plan).
+      {"GB200", DeviceKind::kGpu, tflops(2500), tflops(5000), tflops(80), 186 * kGB, gbyte_per_s(8000),
+       "nvlink5", "pcie5", us(4),
+       "NVIDIA GB200 NVL72 product page and datasheet, rack figures / 72 GPUs: FP16/BF16 360 PFLOP/s sparse "
+       "(5 per GPU sparse, 2.5 dense), FP8 720 PFLOP/s sparse (10 per GPU sparse, 5 dense); 13.4 TB HBM3e "
+       "(186 GB per GPU) at 576 TB/s (8 TB/s per GPU); NVLink 130 TB/s (1.8 TB/s bidirectional per GPU); "
+       "FP32 ~80 TFLOP/s per GPU (approximate, as B200)",
+       tflops(5000)},
+      // H20: the Hopper part for the Chinese market: H100-class memory system and NVLink,
+      // compute cut to ~15% of H100 SXM to stay under the export threshold.
+      {"H20", DeviceKind::kGpu, tflops(148), 0, tflops(44), 96 * kGB, gbyte_per_s(4000), "nvlink4", "pcie5",
+       us(4),
+       "NVIDIA HGX H20 specification (partner spec sheets, as reported by SemiAnalysis, Nov 2023): BF16 148 "
+       "TFLOP/s and FP8 296 TFLOP/s dense (no sparse figure quoted), FP32 44, TF32 74; 96 GB HBM3 at 4.0 TB/s; "
+       "NVLink 900 GB/s bidirectional; PCIe Gen5 x16",
+       tflops(296)},
       {"L40S", DeviceKind::kGpu, tflops(362.05), tflops(733), tflops(91.6), 48 * kGB, gbyte_per_s(864),
        "pcie4", "pcie4", us(4),
-       "NVIDIA L40S datasheet: BF16 362.05 TFLOP/s dense, 733 sparse; FP32 91.6; 48 GB GDDR6 at 864 GB/s; "
-       "no NVLink"},
+       "NVIDIA L40S datasheet: BF16 362.05 TFLOP/s dense, 733 sparse; FP8 733 dense, 1,466 sparse; FP32 91.6; "
+       "48 GB GDDR6 at 864 GB/s; no NVLink",
+       tflops(733)},
       // Older GPUs of the shared hwloc XML files (DGX-2, Lassen, POWER8, the K40m node).
       // They have no bf16: the 16-bit fields hold their fp16 figures.
       {"V100-SXM2", DeviceKind::kGpu, tflops(125), 0, tflops(15.7), 32 * kGB, gbyte_per_s(900), "nvlink2", "pcie3",
@@ -72,7 +95,11 @@ const std::vector<LinkSpec>& links() {
       {"nvlink4", LinkKind::kNvlink, gbyte_per_s(450), us(3),
        "H100/H200 SXM: 18 NVLink4 links = 900 GB/s bidirectional per GPU through NVSwitch; alpha assumed"},
       {"nvlink5", LinkKind::kNvlink, gbyte_per_s(900), us(3),
-       "B200: NVLink5 1.8 TB/s bidirectional per GPU; alpha assumed"},
+       "B200/GB200: NVLink5 1.8 TB/s bidirectional per GPU; alpha assumed"},
+      {"nvl72", LinkKind::kNvlink, gbyte_per_s(900), us(4),
+       "GB200 NVL72 NVLink Switch domain: 72 GPUs on 18 trays, each GPU 1.8 TB/s bidirectional into 9 NVLink "
+       "Switch trays (130 TB/s per rack), the same rate to a GPU on another tray as on its own; alpha assumed "
+       "(one more switch hop than in an HGX box)"},
       {"nvlink1", LinkKind::kNvlink, gbyte_per_s(80), us(4),
        "P100: 4 NVLink1 links x 20 GB/s per direction per GPU; alpha assumed"},
       {"nvlink2", LinkKind::kNvlink, gbyte_per_s(150), us(4),
@@ -89,7 +116,9 @@ const std::vector<LinkSpec>& links() {
        "InfiniBand NDR: 400 Gbit/s per port (ConnectX-7); alpha assumed"},
       {"roce-100", LinkKind::kRdma, gbit_per_s(100), us(8), "RoCE v2 100 GbE per port; alpha assumed"},
       {"roce-200", LinkKind::kRdma, gbit_per_s(200), us(8), "RoCE v2 200 GbE per port; alpha assumed"},
-      {"roce-400", LinkKind::kRdma, gbit_per_s(400), us(8), "RoCE v2 400 GbE per port; alpha assumed"},
+      {"roce-400", LinkKind::kRdma, gbit_per_s(400), us(8),
+       "RoCE v2 400 GbE per port (ConnectX-7 / BlueField-3, Spectrum-X; the usual H20 and GB200 Ethernet "
+       "fabric); alpha assumed"},
       {"tcp-1g", LinkKind::kTcp, gbit_per_s(1), us(30), "TCP over 1 GbE; alpha assumed"},
       {"tcp-10g", LinkKind::kTcp, gbit_per_s(10), us(30),
        "TCP over 10 GbE; alpha assumed (kernel stack, two syscalls per message)"},
@@ -126,6 +155,13 @@ const DeviceSpec& find_device(std::string_view name) {
   for (const auto& d : devices())
     if (detail::catalog_key(d.name) == key) return d;
   throw_error(ErrorCode::kNotFound, "unknown device '{}'; valid devices: {}", name, device_names());
+}
+
+std::string fp8_device_names() {
+  std::string out;
+  for (const auto& d : devices())
+    if (d.has_fp8()) out += (out.empty() ? "" : ", ") + d.name;
+  return out;
 }
 
 const LinkSpec& find_link(std::string_view name) {

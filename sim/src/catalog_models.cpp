@@ -128,6 +128,41 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view origin
   if (auto it = j.find("max_position_embeddings"); it != j.end() && it->is_number_integer())
     m.max_positions = it->get<int>();
   m.qkv_bias = j.value("attention_bias", false) || j.value("model_type", std::string()) == "qwen2";
+  // Shapes the dense Llama model cannot describe: refused by name rather than planned as a
+  // dense model they are not (a mixture of experts reads only its active experts' weights
+  // per token but holds all of them; MLA caches a compressed latent, not K and V).
+  struct Unmodelled {
+    const char* field;
+    const char* what;
+  };
+  static constexpr Unmodelled kUnmodelled[] = {
+      {"num_local_experts", "mixture of experts"}, {"num_experts", "mixture of experts"},
+      {"n_routed_experts", "mixture of experts"},  {"moe_intermediate_size", "mixture of experts"},
+      {"num_experts_per_tok", "mixture of experts"}, {"kv_lora_rank", "multi-head latent attention (MLA)"},
+      {"q_lora_rank", "multi-head latent attention (MLA)"}};
+  for (const auto& u : kUnmodelled)
+    if (auto it = j.find(u.field); it != j.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0))
+      throw_error(ErrorCode::kInvalidArgument,
+                  "{}: field '{}' ({}) is not modelled by the planner, which would plan it as a dense model; "
+                  "fields it reads: num_hidden_layers, hidden_size, intermediate_size, num_attention_heads, "
+                  "num_key_value_heads, head_dim, vocab_size, tie_word_embeddings, attention_bias, "
+                  "use_parallel_residual, parallel_attn",
+                  origin, u.field, u.what);
+  // A model trained with attention and MLP side by side (GPT-NeoX/Pythia's
+  // use_parallel_residual, Falcon's parallel_attn, GPT-J) is the `parallel` variant.
+  for (const char* f : {"use_parallel_residual", "parallel_attn"})
+    if (auto it = j.find(f); it != j.end()) {
+      if (!it->is_boolean())
+        throw_error(ErrorCode::kCorruptInput, "{}: field '{}' must be true or false (got {})", origin, f, it->dump());
+      if (it->get<bool>()) {
+        m.trained_variant = Variant::kParallel;
+        m.trained_variant_field = f;
+      }
+    }
+  if (j.value("model_type", std::string()) == "gptj") {
+    m.trained_variant = Variant::kParallel;
+    m.trained_variant_field = "model_type: gptj";
+  }
   m.source = "local file " + std::string(origin);
   return m;
 }

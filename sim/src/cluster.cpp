@@ -33,7 +33,10 @@ const LinkSpec& default_link(LinkKind k, const DeviceSpec& d) {
   return find_link("tcp-10g");
 }
 
-LinkCost make_cost(LinkKind k, double topo_bandwidth, const DeviceSpec& d, const Calibration* cal) {
+// `roce`: the fabric's NICs are RoCE (Ethernet RDMA), so an RDMA link is named and costed
+// as the RoCE entry of its speed rather than the InfiniBand one.
+LinkCost make_cost(LinkKind k, double topo_bandwidth, const DeviceSpec& d, const Calibration* cal,
+                   bool roce = false) {
   LinkCost c;
   c.kind = k;
   if (const CalibratedLink* m = cal ? cal->link(k) : nullptr) {
@@ -45,9 +48,11 @@ LinkCost make_cost(LinkKind k, double topo_bandwidth, const DeviceSpec& d, const
     return c;
   }
   const LinkSpec* spec = &default_link(k, d);
+  if (k == LinkKind::kRdma && roce) spec = &find_link("roce-400");
+  auto family = [&](const LinkSpec& l) { return k != LinkKind::kRdma || (l.name.rfind("roce", 0) == 0) == roce; };
   if ((k == LinkKind::kRdma || k == LinkKind::kTcp) && topo_bandwidth > 0)
     for (const auto& l : link_catalog())  // name the fabric after the port speed it has
-      if (l.kind == k && std::abs(l.bandwidth - topo_bandwidth) < std::abs(spec->bandwidth - topo_bandwidth))
+      if (l.kind == k && family(l) && std::abs(l.bandwidth - topo_bandwidth) < std::abs(spec->bandwidth - topo_bandwidth))
         spec = &l;
   c.name = spec->name;
   c.alpha_s = spec->alpha_s;
@@ -71,7 +76,9 @@ const DeviceSpec* match_device_model(const std::string& model) {
   auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
   const char* key = nullptr;
   if (has("h200")) key = "H200";
+  else if (has("gb200")) key = "GB200";
   else if (has("b200")) key = "B200";
+  else if (has("h20")) key = "H20";
   else if (has("l40s")) key = "L40S";
   else if (has("h100")) key = has("pcie") ? "H100-PCIe" : "H100-SXM";
   else if (has("a100")) key = has("pcie") ? "A100-PCIe" : "A100-SXM";
@@ -124,14 +131,16 @@ ClusterView make_cluster_view(const topology::Topology& topo, const std::string&
   }
   // Fabric: one port's figures, and the host's ports together.
   double ports = 0, port_bw = 0;
+  int roce_ports = 0;
   for (const auto& nic : h0.nics)
     if (nic.bandwidth > 0 && (topo.fabric.link_class == topology::LinkClass::kTcp ||
                               nic.kind != topology::NicKind::kEthernet)) {
       ports += 1;
       port_bw = std::max(port_bw, nic.bandwidth);
+      roce_ports += nic.kind == topology::NicKind::kRoce;
     }
   if (topo.fabric.bandwidth > 0) port_bw = std::min(port_bw > 0 ? port_bw : topo.fabric.bandwidth, topo.fabric.bandwidth);
-  c.inter = make_cost(kind_of(topo.fabric.link_class), port_bw, c.device, cal);
+  c.inter = make_cost(kind_of(topo.fabric.link_class), port_bw, c.device, cal, roce_ports > 0 && roce_ports == ports);
   c.host_fabric_bandwidth = c.inter.calibrated ? c.inter.bandwidth : c.inter.bandwidth * std::max(1.0, ports);
   c.host_link_bandwidth = gpus && h0.devices.front().host_link_bandwidth > 0 ? h0.devices.front().host_link_bandwidth
                                                                             : default_link(LinkKind::kPcie, c.device).bandwidth;
@@ -156,10 +165,36 @@ ClusterView make_cluster_view(const topology::Topology& topo, const std::string&
   return c;
 }
 
+void set_nvlink_domain(ClusterView& c, int ranks, const Calibration* cal) {
+  if (ranks <= 0 || ranks % c.devices_per_host != 0 || c.ranks() % ranks != 0)
+    throw_error(ErrorCode::kInvalidArgument,
+                "nvlink-domain={}: must be a multiple of the {} devices per host and divide the cluster's {} "
+                "devices (e.g. 72 for GB200 NVL72 racks of 18 trays x 4)",
+                ranks, c.devices_per_host, c.ranks());
+  c.nvlink_domain = ranks;
+  const LinkSpec& spec = find_link(c.device.intra_link == "nvlink5" ? "nvl72"
+                                   : starts_with_nvlink(c.device.intra_link) ? c.device.intra_link
+                                                                             : "nvlink4");
+  c.domain_link = make_cost(LinkKind::kNvlink, 0, c.device, cal);
+  if (!c.domain_link.calibrated) {
+    c.domain_link.name = spec.name;
+    c.domain_link.alpha_s = spec.alpha_s;
+    c.domain_link.bandwidth = spec.bandwidth;
+  }
+  c.description += fmt::format(", NVLink domains of {} GPUs ({} hosts each) over {}", ranks,
+                               ranks / c.devices_per_host, c.domain_link.name);
+}
+
 LayoutLinks layout_links(const ClusterView& c, int p, int t, int first_rank) {
   const int dph = c.devices_per_host;
-  auto host_of = [&](int r) { return (first_rank + r) / dph; };
+  const int unit = c.domain_ranks();  // ranks that reach each other without the fabric
+  auto host_of = [&](int r) { return (first_rank + r) / unit; };
   auto local_of = [&](int r) { return (first_rank + r) % dph; };
+  auto same_host = [&](int a, int b) { return (first_rank + a) / dph == (first_rank + b) / dph; };
+  // In one domain: the host's own link matrix, or the domain's switch between hosts.
+  auto near_link = [&](int a, int b) -> const LinkCost& {
+    return same_host(a, b) ? c.intra[static_cast<std::size_t>(local_of(a) * dph + local_of(b))] : c.domain_link;
+  };
   auto slower = [](const LinkCost& a, const LinkCost& b) {
     if (a.kind != b.kind) return a.kind > b.kind ? a : b;
     return a.bandwidth < b.bandwidth ? a : b;
@@ -183,7 +218,7 @@ LayoutLinks layout_links(const ClusterView& c, int p, int t, int first_rank) {
     for (int a = 0; a < t && t > 1; ++a) {
       const int ra = s * t + a, rb = s * t + (a + 1) % t;
       if (host_of(ra) != host_of(rb)) continue;
-      const LinkCost& l = c.intra[static_cast<std::size_t>(local_of(ra) * dph + local_of(rb))];
+      const LinkCost& l = near_link(ra, rb);
       out.tp.intra = first ? l : slower(out.tp.intra, l);
       first = false;
     }
@@ -204,8 +239,7 @@ LayoutLinks layout_links(const ClusterView& c, int p, int t, int first_rank) {
     for (int j = 0; j < t; ++j) crossing += host_of(s * t + j) != host_of((s + 1) * t + j);
     for (int j = 0; j < t; ++j) {
       const int a = s * t + j, b = (s + 1) * t + j;
-      LinkCost l = host_of(a) != host_of(b) ? fabric_share(std::min(crossing, dph))
-                                            : c.intra[static_cast<std::size_t>(local_of(a) * dph + local_of(b))];
+      LinkCost l = host_of(a) != host_of(b) ? fabric_share(std::min(crossing, dph)) : near_link(a, b);
       crosses = crosses || host_of(a) != host_of(b);
       worst = have ? slower(worst, l) : l;
       have = true;

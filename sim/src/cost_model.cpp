@@ -43,10 +43,14 @@ struct Roof {
   double memory_bound_time = 0;
 };
 
-Roof roof(const ModelInputs& in, double flops, double bytes) {
+// `linear` FLOPs are the weight GEMMs (on the FP8 tensor cores when the workload says so),
+// `other` the attention core and the rest (16-bit, or f32 on the CPU path).
+[[gnu::always_inline]] inline Roof roof(const ModelInputs& in, double linear, double other, double bytes) {
   const bool f32 = in.work.act_bytes >= 4;
   const double peak = (f32 ? in.device->dense_flops_fp32 : in.device->dense_flops_bf16) * in.compute_scale;
-  const double tf = flops / (peak * in.efficiency.compute);
+  const bool fp8 = in.work.fp8_linear && in.device->dense_flops_fp8 > 0;
+  const double linear_peak = fp8 ? in.device->dense_flops_fp8 * in.compute_scale : peak;
+  const double tf = (linear / linear_peak + other / peak) / in.efficiency.compute;
   const double tb = bytes / (in.device->memory_bandwidth * in.memory_scale * in.efficiency.memory);
   const double t = std::max(tf, tb) + in.device->launch_overhead_s / 2;
   return {t, tb >= tf ? t : 0};
@@ -112,9 +116,9 @@ LayerCompute layer_compute(const ModelInputs& in, double seqs, double tokens, do
                      covered > 0 ? 0 : tokens * (2.0 * m.hidden + 3.0 * m.intermediate / in.layout.t) * ab);
     return c;
   }
-  c.attn = roof(in, 2 * s.attn_params * tokens + 4 * tokens * ctx * s.q_dim,
+  c.attn = roof(in, 2 * s.attn_params * tokens, 4 * tokens * ctx * s.q_dim,
                 s.attn_params * wb + kv_traffic + 4 * tokens * m.hidden * ab);
-  c.mlp = roof(in, 2 * s.mlp_params * tokens,
+  c.mlp = roof(in, 2 * s.mlp_params * tokens, 0,
                s.mlp_params * wb + tokens * (2.0 * m.hidden + 3.0 * m.intermediate / in.layout.t) * ab);
   return c;
 }
@@ -151,7 +155,8 @@ CommCharge tp_comm(const ModelInputs& in, int n, double ar, const LayerCompute& 
 
 // One stage's costs for one microbatch of one phase.
 struct StageCost {
-  double compute = 0, memory_bound = 0, comm = 0, comm_hidden = 0, send = 0, meta = 0, head = 0, gather = 0;
+  double compute = 0, memory_bound = 0, comm = 0, comm_hidden = 0, comm_inter = 0, send = 0, meta = 0, head = 0,
+         gather = 0;
   double forward() const { return compute + comm + head + gather; }
 };
 
@@ -164,15 +169,18 @@ StageCost stage_cost(const ModelInputs& in, int stage, int n_layers, double seqs
   c.compute = n_layers * (lc.attn.time + lc.mlp.time);
   c.memory_bound = n_layers * (lc.attn.memory_bound_time + lc.mlp.memory_bound_time);
   const double msg = tokens * m.hidden * in.work.act_bytes;
-  const CommCharge cc = tp_comm(in, n_layers, allreduce_time(in.links.tp, msg), lc);
+  const double ar = allreduce_time(in.links.tp, msg);
+  const CommCharge cc = tp_comm(in, n_layers, ar, lc);
   c.comm = cc.exposed;
   c.comm_hidden = cc.hidden;
+  // The exposed all-reduce time in the same proportion as each all-reduce's fabric part.
+  if (ar > 0 && in.links.tp.hosts > 1) c.comm_inter = cc.exposed * allreduce_inter_time(in.links.tp, msg) / ar;
   if (stage == p - 1) {
     // Only the last position of each sequence needs logits; vocab-parallel over t ranks,
     // gathered (f32) for the sampler.
     const double head_params = static_cast<double>(m.vocab) * m.hidden / t;
     const Roof head = in.cpu.enabled ? cpu_roof(in, head_params, seqs, 0, 0)
-                                     : roof(in, 2.0 * head_params * seqs, head_params * in.work.weight_bytes);
+                                     : roof(in, 2.0 * head_params * seqs, 0, head_params * in.work.weight_bytes);
     const LinkCost& l = in.links.tp.intra;
     const double gather = t <= 1 ? 0 : (t - 1) * l.alpha_s + (t - 1.0) / t * seqs * m.vocab * 4 / l.bandwidth;
     c.head = head.time;
@@ -222,6 +230,39 @@ double allreduce_time(const GroupLinks& g, double bytes) {
   const double shard = bytes / l;
   const double inter = 2 * log2_steps(g.hosts) * g.inter.alpha_s + 2 * (h - 1) / h * shard / g.inter.bandwidth;
   return 2 * intra + inter;  // reduce-scatter and all-gather inside each host
+}
+
+double allreduce_inter_time(const GroupLinks& g, double bytes) {
+  if (g.ranks <= 1 || g.hosts <= 1) return 0;
+  const bool measured = (!g.measured_curve.empty() && bytes <= g.measured_curve.back().first) ||
+                        g.measured_bus_bandwidth > 0;
+  if (measured) return allreduce_time(g, bytes);
+  const double l = std::max(1, g.ranks / g.hosts), h = g.hosts;
+  return 2 * log2_steps(g.hosts) * g.inter.alpha_s + 2 * (h - 1) / h * (bytes / l) / g.inter.bandwidth;
+}
+
+std::string_view to_string(Precision p) {
+  switch (p) {
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp8: return "fp8";
+    case Precision::kF32: return "f32";
+  }
+  return "?";
+}
+
+Precision parse_precision(std::string_view name) {
+  for (Precision p : {Precision::kBf16, Precision::kFp8, Precision::kF32})
+    if (name == to_string(p)) return p;
+  throw_error(ErrorCode::kInvalidArgument, "unknown precision '{}'; valid: bf16, fp8, f32", name);
+}
+
+Workload with_precision(Workload w, Precision p) {
+  switch (p) {
+    case Precision::kBf16: w.weight_bytes = w.kv_bytes = w.act_bytes = 2; w.fp8_linear = false; break;
+    case Precision::kFp8: w.weight_bytes = w.kv_bytes = 1; w.act_bytes = 2; w.fp8_linear = true; break;
+    case Precision::kF32: w.weight_bytes = w.kv_bytes = w.act_bytes = 4; w.fp8_linear = false; break;
+  }
+  return w;
 }
 
 double roofline_time(const DeviceSpec& d, const Efficiency& e, double flops, double bytes, bool f32) {
@@ -345,6 +386,7 @@ double stage_forward(const ModelInputs& in, int stage, int n, double seqs, doubl
     b->compute_memory_bound = c.memory_bound;
     b->tp_comm = c.comm;
     b->tp_comm_hidden = c.comm_hidden;
+    b->tp_comm_inter = c.comm_inter;
     b->logits_gather = c.gather;
   }
   *send = c.send;

@@ -79,7 +79,10 @@ std::string dominant_line(const Breakdown& b, double period, int m, const char* 
                         {"gathering vocab-parallel logits", b.logits_gather},
                         {"sampling on the last stage", b.sampling},
                         {"input preparation", b.input_prep},
-                        {"pipeline bubble (fewer microbatches in flight than the loop needs)", b.bubble}};
+                        {"pipeline bubble (fewer microbatches in flight than the pipeline's depth needs)", b.bubble},
+                        {"host work between steps (sampling, input preparation, token return: the loop waits "
+                         "for it)",
+                         b.host_gap}};
   const Term* top = &terms[0];
   for (const auto& t : terms)
     if (t.v > top->v) top = &t;
@@ -106,6 +109,9 @@ std::string shape_problem(const ModelInputs& in) {
   if (m.kv_heads % l.t != 0 && l.t % m.kv_heads != 0)
     return fmt::format("t={} neither divides nor is a multiple of the {} KV heads", l.t, m.kv_heads);
   if (m.intermediate % l.t != 0) return fmt::format("t={} does not divide the MLP width {}", l.t, m.intermediate);
+  if (in.work.fp8_linear && !in.device->has_fp8())
+    return fmt::format("fp8: {} has no FP8 tensor cores (devices that have: {})", in.device->name,
+                       fp8_device_names());
   if (l.microbatches < 1 || l.microbatches > in.work.batch)
     return fmt::format("{} microbatches cannot split a batch of {}", l.microbatches, in.work.batch);
   if (l.variant == Variant::kLayerParallel && m.layers / l.p < 2)
@@ -157,7 +163,16 @@ void assemble(const ModelInputs& in, const std::vector<int>& split, Prediction& 
   out.tpot_s = period;
   out.decode_tokens_per_s = w.batch / period;
   out.decode = slow->terms;
-  out.decode.bubble = (period - m * slow->cycle) / m;
+  // The bottleneck stage idles period - m x cycle. The pipeline's share of that is what the
+  // stages' own forwards and sends leave idle (a loop through p stages with fewer than p
+  // microbatches; nothing when p = 1); the rest is the loop waiting for host work between
+  // steps (sampling, stage 0's input preparation, the engine's step, the tokens' way back).
+  double stages = 0;
+  for (const auto& s : dec) stages += s.forward + s.send + s.meta;
+  const double idle = std::max(0.0, period - m * slow->cycle);
+  const double pipeline = in.layout.p > 1 ? std::min(idle, std::max(0.0, stages - m * slow->cycle)) : 0.0;
+  out.decode.bubble = pipeline / m;
+  out.decode.host_gap = (idle - pipeline) / m;
   const char* bound = loop > m * slow->cycle ? "the loop latency bounds the step" : "the slowest stage bounds it";
   out.dominant = dominant_line(out.decode, period, m, bound);
   // Prefill: microbatches of whole prompts flow through the pipeline once.

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "trellis/core/error.hpp"
 #include "trellis/sim/appendix.hpp"
@@ -119,17 +120,55 @@ Candidate evaluate(const PlanRequest& r, int replicas, const Layout& layout, int
   c.layout = layout;
   c.batch = batch;
   const ModelInputs in = inputs(r, layout, batch, links);
+  c.precision = r.work.act_bytes >= 4 ? Precision::kF32 : r.work.fp8_linear ? Precision::kFp8 : Precision::kBf16;
+  c.needs_trained_model = layout.variant != r.model.trained_variant;
   c.prediction = r.kind == ModelKind::kAppendix ? predict_appendix(in, links.tp.hosts) : predict(in);
   c.total_tokens_per_s = replicas * c.prediction.tokens_per_s;
   c.tp_link = describe_tp_link(links);
+  c.tp_hosts = links.tp.ranks > 1 ? links.tp.hosts : 1;
   for (bool x : links.boundary_crosses_host) c.boundary_crosses_host = c.boundary_crosses_host || x;
-  if (!c.prediction.feasible) return c;
+  const Prediction& p = c.prediction;
+  if (!p.feasible) {
+    c.miss = p.capacity > 0 && p.memory.total() > p.capacity ? p.memory.total() / p.capacity : 0;
+    return c;
+  }
+  c.request_latency_s = p.ttft_s + r.work.gen_len * p.tpot_s;
   check_calibrated_range(in, c.prediction);
-  if (r.slo_tpot_s && c.prediction.tpot_s > *r.slo_tpot_s)
-    c.slo_miss = fmt::format("TPOT {:.2f} ms > SLO {:.2f} ms", c.prediction.tpot_s * 1e3, *r.slo_tpot_s * 1e3);
-  else if (r.slo_ttft_s && c.prediction.ttft_s > *r.slo_ttft_s)
-    c.slo_miss = fmt::format("TTFT {:.1f} ms > SLO {:.1f} ms", c.prediction.ttft_s * 1e3, *r.slo_ttft_s * 1e3);
+  std::string tpot, ttft;
+  if (r.slo_tpot_s && p.tpot_s > *r.slo_tpot_s) {
+    tpot = fmt::format("TPOT {:.2f} ms > SLO {:.2f} ms (+{:.0f}%)", p.tpot_s * 1e3, *r.slo_tpot_s * 1e3,
+                       100 * (p.tpot_s / *r.slo_tpot_s - 1));
+    c.miss = std::max(c.miss, p.tpot_s / *r.slo_tpot_s);
+  }
+  if (r.slo_ttft_s && p.ttft_s > *r.slo_ttft_s) {
+    ttft = fmt::format("TTFT {:.1f} ms > SLO {:.1f} ms (+{:.0f}%)", p.ttft_s * 1e3, *r.slo_ttft_s * 1e3,
+                       100 * (p.ttft_s / *r.slo_ttft_s - 1));
+    c.miss = std::max(c.miss, p.ttft_s / *r.slo_ttft_s);
+  }
+  c.slo_miss = tpot.empty() ? ttft : ttft.empty() ? tpot : tpot + ", " + ttft;
   return c;
+}
+
+std::string_view to_string(Objective o) {
+  switch (o) {
+    case Objective::kGoodput: return "goodput";
+    case Objective::kThroughput: return "throughput";
+    case Objective::kLatency: return "latency";
+  }
+  return "?";
+}
+
+Objective parse_objective(std::string_view name) {
+  for (Objective o : {Objective::kGoodput, Objective::kThroughput, Objective::kLatency})
+    if (name == to_string(o)) return o;
+  throw_error(ErrorCode::kInvalidArgument, "unknown objective '{}'; valid: goodput, throughput, latency", name);
+}
+
+bool ranks_before(Objective o, const Candidate& a, const Candidate& b) {
+  if (o == Objective::kLatency && a.request_latency_s != b.request_latency_s)
+    return a.request_latency_s < b.request_latency_s;
+  if (a.total_tokens_per_s != b.total_tokens_per_s) return a.total_tokens_per_s > b.total_tokens_per_s;
+  return a.prediction.tpot_s < b.prediction.tpot_s;
 }
 
 namespace {
@@ -143,11 +182,10 @@ std::string binding_constraint(const PlanResult& res) {
   for (const auto& c : res.rejected) {
     const auto& p = c.prediction;
     if (!p.feasible && p.reason.rfind("memory", 0) == 0) {
-      if (!best_mem || p.memory.total() / p.capacity < best_mem->prediction.memory.total() / best_mem->prediction.capacity)
-        best_mem = &c;
+      if (!best_mem || c.miss < best_mem->miss) best_mem = &c;
     } else if (!p.feasible) {
       ++shapes[p.reason];
-    } else if (!best_slo || p.tpot_s + p.ttft_s < best_slo->prediction.tpot_s + best_slo->prediction.ttft_s) {
+    } else if (c.layout.variant != Variant::kNoComm && (!best_slo || c.miss < best_slo->miss)) {
       best_slo = &c;
     }
   }
@@ -162,14 +200,19 @@ std::string binding_constraint(const PlanResult& res) {
   return "no layouts to evaluate (no devices?)";
 }
 
-std::string why_line(const PlanResult& res) {
+std::string why_line(const PlanResult& res, Objective objective) {
   if (res.ranked.empty()) return {};
   const Candidate& w = res.ranked.front();
   std::string vs;
   for (const auto& c : res.ranked)
     if (c.layout.p != w.layout.p || c.layout.t != w.layout.t) {
-      vs = fmt::format("; best other grid d={} p={} t={} reaches {:.0f} tokens/s ({:.0f}% of the winner)", c.replicas,
-                       c.layout.p, c.layout.t, c.total_tokens_per_s, 100 * c.total_tokens_per_s / w.total_tokens_per_s);
+      vs = objective == Objective::kLatency
+               ? fmt::format("; best other grid d={} p={} t={} serves a request in {:.2f} s ({:.0f}% longer)",
+                             c.replicas, c.layout.p, c.layout.t, c.request_latency_s,
+                             100 * (c.request_latency_s / w.request_latency_s - 1))
+               : fmt::format("; best other grid d={} p={} t={} reaches {:.0f} tokens/s ({:.0f}% of the winner)",
+                             c.replicas, c.layout.p, c.layout.t, c.total_tokens_per_s,
+                             100 * c.total_tokens_per_s / w.total_tokens_per_s);
       break;
     }
   for (const auto& b : res.bounds)
@@ -181,6 +224,95 @@ std::string why_line(const PlanResult& res) {
   return w.prediction.dominant + vs;
 }
 
+std::string layout_words(const Candidate& c) {
+  return fmt::format("d={} p={} t={} m={} batch {}", c.replicas, c.layout.p, c.layout.t, c.layout.microbatches,
+                     c.batch);
+}
+
+// The winner's TP group spans hosts: what the fabric costs it per decode step, and what it
+// gains over the best layout whose TP stays in a host (which may miss the SLO, or not fit).
+std::optional<TpAcrossHosts> explain_tp_across_hosts(const PlanRequest& r, const PlanResult& res) {
+  if (res.ranked.empty() || r.kind == ModelKind::kAppendix) return std::nullopt;
+  const Candidate& w = res.ranked.front();
+  if (w.tp_hosts <= 1) return std::nullopt;
+  TpAcrossHosts x;
+  x.hosts = w.tp_hosts;
+  x.domain = r.cluster.domain_word();
+  const LayoutLinks links = layout_links(r.cluster, w.layout.p, w.layout.t);
+  x.link = links.tp.inter.name;
+  x.link_bandwidth = links.tp.inter.bandwidth;
+  const int m = w.layout.microbatches;
+  x.inter_s = w.prediction.decode.tp_comm_inter * m;
+  x.step_s = w.prediction.tpot_s;
+  auto inside = [](const Candidate& c) { return c.tp_hosts <= 1 && c.layout.variant != Variant::kNoComm; };
+  for (const auto& c : res.ranked)
+    if (inside(c)) {
+      x.alternative = c;
+      break;
+    }
+  if (!x.alternative)  // none within the SLO: the one that misses it least
+    for (const auto& c : res.feasible)
+      if (inside(c) && (!x.alternative || c.miss < x.alternative->miss ||
+                        (c.miss == x.alternative->miss && ranks_before(r.objective, c, *x.alternative))))
+        x.alternative = c;
+  const double compute = w.prediction.decode.compute * m;
+  std::string line = fmt::format(
+      "TP across {}s: t={} spans {} {}s, so each all-reduce also crosses {} at {:.1f} GB/s per rank (its share of "
+      "the {}'s NICs): {:.2f} ms of each {:.2f} ms decode step ({:.0f}%); in exchange each rank holds and computes "
+      "1/{} of every layer ({:.2f} ms of compute per step",
+      x.domain, w.layout.t, x.hosts, x.domain, x.link, x.link_bandwidth / 1e9, x.domain, x.inter_s * 1e3,
+      x.step_s * 1e3, 100 * x.inter_s / x.step_s, w.layout.t, compute * 1e3);
+  if (!x.alternative) {
+    line += fmt::format("); no layout with TP inside one {} fits in memory", x.domain);
+  } else {
+    const Candidate& a = *x.alternative;
+    const double a_compute = a.prediction.decode.compute * a.layout.microbatches;
+    const double a_bubble = a.prediction.decode.bubble * a.layout.microbatches;
+    line += fmt::format(" vs {:.2f} ms{} on the best layout with TP inside a {}, {}", a_compute * 1e3,
+                        a_bubble > 0 ? fmt::format(" + {:.2f} ms pipeline bubble", a_bubble * 1e3) : std::string(),
+                        x.domain, layout_words(a));
+    if (!a.slo_miss.empty()) {
+      line += fmt::format("), which misses the SLO: {}", a.slo_miss);
+    } else if (r.objective == Objective::kLatency) {
+      x.gain = a.request_latency_s / w.request_latency_s - 1;
+      line += fmt::format(", which serves a request in {:.2f} s vs {:.2f} s here: {:.0f}% longer)",
+                          a.request_latency_s, w.request_latency_s, 100 * x.gain);
+    } else {
+      x.gain = w.total_tokens_per_s / a.total_tokens_per_s - 1;
+      line += fmt::format(", which reaches {:.0f} tokens/s (TPOT {:.2f} ms): this pick gains {:.0f}%)",
+                          a.total_tokens_per_s, a.prediction.tpot_s * 1e3, 100 * x.gain);
+    }
+  }
+  x.line = std::move(line);
+  return x;
+}
+
+// When nothing is ranked: the layouts that come closest, least miss first. Layouts that fit
+// but miss the SLO come before layouts that do not fit; shape problems are not listed.
+std::vector<Candidate> closest_misses(const PlanResult& res, Objective o, std::size_t n) {
+  std::vector<const Candidate*> slo, memory;
+  for (const auto& c : res.rejected) {
+    if (c.layout.variant == Variant::kNoComm) continue;
+    if (c.prediction.feasible) slo.push_back(&c);
+    else if (c.miss > 0) memory.push_back(&c);
+  }
+  auto order = [o](const Candidate* a, const Candidate* b) {
+    if (a->miss != b->miss) return a->miss < b->miss;
+    return ranks_before(o, *a, *b);
+  };
+  auto& pool = slo.empty() ? memory : slo;
+  std::sort(pool.begin(), pool.end(), order);
+  // One row per grid (d, p, t, variant, precision): its least miss.
+  std::vector<Candidate> out;
+  std::set<std::tuple<int, int, int, Variant, Precision>> seen;
+  for (const Candidate* c : pool) {
+    if (out.size() >= n) break;
+    if (seen.insert({c->replicas, c->layout.p, c->layout.t, c->layout.variant, c->precision}).second)
+      out.push_back(*c);
+  }
+  return out;
+}
+
 }  // namespace
 
 PlanResult plan(const PlanRequest& r) {
@@ -190,6 +322,20 @@ PlanResult plan(const PlanRequest& r) {
     throw_error(ErrorCode::kInvalidArgument, "--gpus {}: the cluster has only {} devices", n, r.cluster.ranks());
   if (n < 1) throw_error(ErrorCode::kInvalidArgument, "--gpus must be >= 1");
   res.warnings = r.cluster.warnings;
+  auto listed = [&](Variant v) { return std::find(r.variants.begin(), r.variants.end(), v) != r.variants.end(); };
+  // Variants only change TP communication: with t = 1 they all cost the same, so one of them
+  // stands for all (the one the model was trained as when listed), and the appendix model
+  // has no variants at all (`standard` when listed).
+  const Variant t1 = listed(r.model.trained_variant) ? r.model.trained_variant
+                     : listed(Variant::kStandard)    ? Variant::kStandard
+                                                     : r.variants.empty() ? Variant::kStandard : r.variants.front();
+  // Precisions: each is a workload of its own element sizes.
+  std::vector<PlanRequest> per_precision;
+  if (r.precisions.empty()) per_precision.push_back(r);
+  for (Precision pr : r.precisions) {
+    per_precision.push_back(r);
+    per_precision.back().work = with_precision(r.work, pr);
+  }
   for (int d : divisors(n)) {
     if (d > 1 && !r.replicas) break;
     const int per = n / d;
@@ -197,16 +343,14 @@ PlanResult plan(const PlanRequest& r) {
       const int p = per / t;
       if (p > r.model.layers) continue;  // reported once below as a shape constraint
       const LayoutLinks links = layout_links(r.cluster, p, t);
+      for (const PlanRequest& rp : per_precision)
       for (Variant v : r.variants) {
-        // Variants only change TP communication: with t = 1 they are all `standard`, and
-        // the appendix model has no variants at all.
-        if (v != Variant::kStandard && (t == 1 || r.kind == ModelKind::kAppendix) &&
-            std::find(r.variants.begin(), r.variants.end(), Variant::kStandard) != r.variants.end())
-          continue;
+        if (t == 1 && v != t1) continue;
+        if (r.kind == ModelKind::kAppendix && v != Variant::kStandard && listed(Variant::kStandard)) continue;
         for (int batch : r.batches)
           for (int m : microbatch_options(p, batch)) {
             Layout l{p, t, m, v, r.lp_fraction};
-            Candidate c = evaluate(r, d, l, batch, links);
+            Candidate c = evaluate(rp, d, l, batch, links);
             ++res.evaluated;
             if (c.prediction.feasible && c.slo_miss.empty() && v == Variant::kNoComm) {
               res.feasible.push_back(c);
@@ -222,12 +366,14 @@ PlanResult plan(const PlanRequest& r) {
       }
     }
   }
-  std::sort(res.ranked.begin(), res.ranked.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.total_tokens_per_s != b.total_tokens_per_s) return a.total_tokens_per_s > b.total_tokens_per_s;
-    return a.prediction.tpot_s < b.prediction.tpot_s;
-  });
-  if (res.ranked.empty()) res.binding_constraint = binding_constraint(res);
-  res.why = why_line(res);
+  std::sort(res.ranked.begin(), res.ranked.end(),
+            [&](const Candidate& a, const Candidate& b) { return ranks_before(r.objective, a, b); });
+  if (res.ranked.empty()) {
+    res.binding_constraint = binding_constraint(res);
+    res.closest = closest_misses(res, r.objective, 10);
+  }
+  res.why = why_line(res, r.objective);
+  res.tp_across_hosts = explain_tp_across_hosts(r, res);
   return res;
 }
 

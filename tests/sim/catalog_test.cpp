@@ -32,6 +32,66 @@ TEST(Catalog, DenseAndSparseKeptApart) {
   EXPECT_EQ(find_device("H100_SXM").name, "H100-SXM");
 }
 
+TEST(Catalog, H20AndGb200WithTheirSources) {
+  const DeviceSpec& h20 = find_device("H20");
+  EXPECT_DOUBLE_EQ(h20.dense_flops_bf16, 148e12);
+  EXPECT_DOUBLE_EQ(h20.dense_flops_fp8, 296e12);
+  EXPECT_DOUBLE_EQ(h20.memory_bytes, 96e9);
+  EXPECT_DOUBLE_EQ(h20.memory_bandwidth, 4.0e12);
+  EXPECT_EQ(h20.intra_link, "nvlink4");
+  EXPECT_NE(h20.source.find("148"), std::string::npos) << h20.source;
+  const DeviceSpec& gb = find_device("gb200");
+  EXPECT_DOUBLE_EQ(gb.dense_flops_bf16, 2.5e15);
+  EXPECT_DOUBLE_EQ(gb.dense_flops_fp8, 5e15);
+  EXPECT_DOUBLE_EQ(gb.memory_bytes, 186e9);
+  EXPECT_DOUBLE_EQ(gb.memory_bandwidth, 8e12);
+  EXPECT_NE(gb.source.find("NVL72"), std::string::npos) << gb.source;
+  EXPECT_DOUBLE_EQ(find_link("nvl72").bandwidth, 900e9);  // 1.8 TB/s bidirectional per GPU
+  EXPECT_NE(find_link("nvl72").source.find("72 GPUs"), std::string::npos);
+  EXPECT_DOUBLE_EQ(find_link("roce-400").bandwidth, 50e9);
+  // FP8 dense is twice bf16 dense on every part that has it; the older parts have none.
+  for (const char* name : {"H100-SXM", "H100-PCIe", "H200", "B200", "GB200", "H20", "L40S"}) {
+    const DeviceSpec& d = find_device(name);
+    EXPECT_TRUE(d.has_fp8()) << name;
+    EXPECT_NEAR(d.dense_flops_fp8 / d.dense_flops_bf16, 2.0, 0.03) << name;
+  }
+  for (const char* name : {"A100-SXM", "A100-PCIe", "V100-SXM2", "cpu"}) EXPECT_FALSE(find_device(name).has_fp8()) << name;
+  EXPECT_NE(fp8_device_names().find("H20"), std::string::npos);
+  EXPECT_EQ(fp8_device_names().find("A100"), std::string::npos);
+}
+
+TEST(Catalog, TrainedVariantFromTheConfig) {
+  const std::string base = R"("num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "vocab_size": 100)";
+  EXPECT_EQ(parse_model_config("{" + base + "}", "a.json").trained_variant, Variant::kStandard);
+  EXPECT_EQ(load_model("llama-3.1-70b").trained_variant, Variant::kStandard);
+  const ModelSpec neox = parse_model_config("{" + base + R"(, "use_parallel_residual": true})", "neox.json");
+  EXPECT_EQ(neox.trained_variant, Variant::kParallel);
+  EXPECT_EQ(neox.trained_variant_field, "use_parallel_residual");
+  EXPECT_EQ(parse_model_config("{" + base + R"(, "parallel_attn": true})", "f.json").trained_variant,
+            Variant::kParallel);
+  EXPECT_EQ(parse_model_config("{" + base + R"(, "use_parallel_residual": false})", "n.json").trained_variant,
+            Variant::kStandard);
+  EXPECT_THROW(parse_model_config("{" + base + R"(, "parallel_attn": "yes"})", "x.json"), Error);
+}
+
+TEST(Catalog, ExpertsAndLatentAttentionAreRefusedByName) {
+  const std::string base = R"("num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "vocab_size": 100)";
+  for (const char* field : {"num_local_experts", "n_routed_experts", "kv_lora_rank"}) {
+    try {
+      parse_model_config("{" + base + ", \"" + field + "\": 8}", "moe.json");
+      FAIL() << field;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("moe.json"), std::string::npos) << e.what();
+    }
+  }
+  // Zero or null means a dense model (some dense configs carry the key).
+  EXPECT_NO_THROW(parse_model_config("{" + base + R"(, "num_experts": 0, "kv_lora_rank": null})", "d.json"));
+}
+
 TEST(Catalog, EveryLinkHasASourceAndPositiveFigures) {
   for (const auto& l : link_catalog()) {
     EXPECT_FALSE(l.source.empty()) << l.name;

@@ -99,6 +99,79 @@ TEST_F(Llama70B, MicrobatchesFillThePipelineBubble) {
   EXPECT_LT(m4.decode_tokens_per_s, 4 * m1.decode_tokens_per_s);
 }
 
+TEST_F(Llama70B, OneStageHasNoPipelineBubble) {
+  // p = 1: nothing to fill. What idles the stage between steps is host work (sampling, input
+  // preparation, the tokens' way back), reported apart, never as a pipeline bubble.
+  for (int m : {1, 2}) {
+    Prediction p = predict(inputs(model, one_host, 1, 8, m, Variant::kStandard, 64));
+    ASSERT_TRUE(p.feasible) << p.reason;
+    EXPECT_EQ(p.decode.bubble, 0) << "m=" << m;
+    EXPECT_EQ(p.dominant.find("pipeline bubble"), std::string::npos) << p.dominant;
+  }
+  Prediction one = predict(inputs(model, one_host, 1, 8, 1, Variant::kStandard, 64));
+  EXPECT_GT(one.decode.host_gap, 0);
+  // The two idle terms add up to what the period leaves idle: TPOT = compute-side cycle + idle.
+  Prediction two = predict(inputs(model, two_hosts, 2, 8, 1, Variant::kStandard, 64));
+  ASSERT_TRUE(two.feasible);
+  EXPECT_GT(two.decode.bubble, 0);       // p = 2 with one microbatch: a stage idles while the other runs
+  EXPECT_GT(two.decode.host_gap, 0);
+  EXPECT_GT(two.decode.bubble, two.decode.host_gap);
+}
+
+TEST_F(Llama70B, TpAcrossHostsPaysTheFabricAtTheNicRate) {
+  // t = 16 over two hosts: the inter-host part of every all-reduce is the shard's all-reduce at
+  // each rank's share of the host's NICs; with ports a quarter as fast it costs ~4x as much.
+  ModelInputs in = inputs(model, two_hosts, 1, 16, 1, Variant::kStandard, 16);
+  EXPECT_EQ(in.links.tp.hosts, 2);
+  EXPECT_DOUBLE_EQ(in.links.tp.inter.bandwidth, 50e9);
+  const double msg = 16.0 * model.hidden * 2;
+  const double inter = 2 * 6e-6 + 2 * 0.5 * (msg / 8) / 50e9;  // alpha of ib-ndr, 2 hosts, shard = 1/8
+  EXPECT_DOUBLE_EQ(allreduce_inter_time(in.links.tp, msg), inter);
+  Prediction fast = predict(in);
+  ASSERT_TRUE(fast.feasible);
+  EXPECT_GT(fast.decode.tp_comm_inter, 0);
+  EXPECT_LT(fast.decode.tp_comm_inter, fast.decode.tp_comm);
+  EXPECT_NEAR(fast.decode.tp_comm_inter, 2.0 * 80 * inter, 1e-9);  // two per layer, 80 layers
+  ClusterView slow_nics = make_cluster_view(gpu_cluster(2, 8, "H100-SXM", 450e9, 8, 12.5e9));
+  ModelInputs in_slow = inputs(model, slow_nics, 1, 16, 1, Variant::kStandard, 16);
+  EXPECT_DOUBLE_EQ(in_slow.links.tp.inter.bandwidth, 12.5e9);
+  Prediction slow = predict(in_slow);
+  EXPECT_GT(slow.decode.tp_comm_inter, fast.decode.tp_comm_inter);
+  // One NIC per host: eight ranks share it.
+  ClusterView one_nic = make_cluster_view(gpu_cluster(2, 8, "H100-SXM", 450e9, 1, 50e9));
+  EXPECT_DOUBLE_EQ(layout_links(one_nic, 1, 16).tp.inter.bandwidth, 50e9 / 8);
+  // Inside one host nothing crosses the fabric.
+  EXPECT_EQ(predict(inputs(model, one_host, 1, 8, 1, Variant::kStandard, 16)).decode.tp_comm_inter, 0);
+  EXPECT_EQ(allreduce_inter_time(inputs(model, one_host, 1, 8, 1, Variant::kStandard, 16).links.tp, msg), 0);
+}
+
+TEST_F(Llama70B, Fp8HalvesWeightsAndSpeedsUpTheMemoryBoundStep) {
+  ModelInputs bf16 = inputs(model, one_host, 1, 8, 1, Variant::kStandard, 16);
+  ModelInputs fp8 = bf16;
+  fp8.work = with_precision(fp8.work, Precision::kFp8);
+  EXPECT_EQ(fp8.work.weight_bytes, 1);
+  EXPECT_EQ(fp8.work.kv_bytes, 1);
+  EXPECT_EQ(fp8.work.act_bytes, 2);  // activations and all-reduces stay bf16
+  Prediction a = predict(bf16), b = predict(fp8);
+  ASSERT_TRUE(a.feasible && b.feasible) << b.reason;
+  EXPECT_NEAR(b.memory.weights, a.memory.weights / 2, 1e-6 * a.memory.weights);
+  EXPECT_NEAR(b.memory.kv_cache, a.memory.kv_cache / 2, 1e-6 * a.memory.kv_cache);
+  EXPECT_LT(b.tpot_s, 0.7 * a.tpot_s);           // decode reads half the bytes
+  EXPECT_GT(b.tpot_s, 0.4 * a.tpot_s);
+  EXPECT_EQ(b.decode.tp_comm, a.decode.tp_comm);  // same bf16 messages
+  EXPECT_LT(b.ttft_s, 0.75 * a.ttft_s);           // prefill's GEMMs on the FP8 tensor cores
+  // No FP8 tensor cores: refused with the devices that have them.
+  ClusterView a100 = make_cluster_view(gpu_cluster(1, 8, "A100-SXM", 300e9));
+  ModelInputs no = inputs(model, a100, 1, 8, 1, Variant::kStandard, 16);
+  no.work = with_precision(no.work, Precision::kFp8);
+  Prediction n = predict(no);
+  EXPECT_FALSE(n.feasible);
+  EXPECT_NE(n.reason.find("A100-SXM has no FP8 tensor cores"), std::string::npos) << n.reason;
+  EXPECT_NE(n.reason.find("H20"), std::string::npos) << n.reason;
+  EXPECT_EQ(parse_precision("fp8"), Precision::kFp8);
+  EXPECT_THROW(parse_precision("int4"), Error);
+}
+
 TEST_F(Llama70B, SipipeTechniquesRemoveBubbleTerms) {
   ModelInputs on = inputs(model, two_hosts, 4, 4, 4, Variant::kStandard, 64);
   ModelInputs off = on;
@@ -148,6 +221,34 @@ TEST(Cluster, LinksFollowThePlacementPolicy) {
   EXPECT_DOUBLE_EQ(d.tp.inter.bandwidth, 50e9);
 }
 
+TEST(Cluster, NvlinkDomainSpansHosts) {
+  // GB200 NVL72: 18 trays of 4 GPUs, one 72-GPU NVLink domain; two racks.
+  ClusterView c = make_cluster_view(gpu_cluster(36, 4, "GB200", 900e9, 4, 50e9));
+  EXPECT_EQ(c.device.name, "GB200");
+  LayoutLinks before = layout_links(c, 1, 8);
+  EXPECT_EQ(before.tp.hosts, 2);  // without the domain, t=8 spans two trays over InfiniBand
+  set_nvlink_domain(c, 72);
+  EXPECT_EQ(c.domain_ranks(), 72);
+  EXPECT_STREQ(c.domain_word(), "NVLink domain");
+  EXPECT_NE(c.description.find("NVLink domains of 72 GPUs"), std::string::npos) << c.description;
+  LayoutLinks in_rack = layout_links(c, 1, 8);
+  EXPECT_EQ(in_rack.tp.hosts, 1);
+  EXPECT_EQ(in_rack.tp.intra.kind, LinkKind::kNvlink);
+  EXPECT_DOUBLE_EQ(in_rack.tp.intra.bandwidth, 900e9);
+  EXPECT_EQ(layout_links(c, 1, 72).tp.hosts, 1);     // the whole rack is one TP group on NVLink
+  LayoutLinks racks = layout_links(c, 1, 144);       // two racks: the fabric between them
+  EXPECT_EQ(racks.tp.hosts, 2);
+  EXPECT_EQ(racks.tp.inter.kind, LinkKind::kRdma);
+  LayoutLinks pp = layout_links(c, 2, 36);           // a stage boundary inside the rack: NVLink
+  EXPECT_EQ(pp.boundary_crosses_host, (std::vector<bool>{false}));
+  EXPECT_EQ(pp.boundaries[0].kind, LinkKind::kNvlink);
+  LayoutLinks pp2 = layout_links(c, 2, 72);          // between racks: the fabric
+  EXPECT_EQ(pp2.boundary_crosses_host, (std::vector<bool>{true}));
+  EXPECT_EQ(pp2.boundaries[0].kind, LinkKind::kRdma);
+  EXPECT_THROW(set_nvlink_domain(c, 6), Error);     // not whole trays
+  EXPECT_THROW(set_nvlink_domain(c, 100), Error);   // not whole trays and does not divide 144
+}
+
 TEST(Cluster, UnknownGpuModelAsksForTheCatalogName) {
   try {
     make_cluster_view(gpu_cluster(1, 2, "Tesla M2090"));
@@ -159,6 +260,10 @@ TEST(Cluster, UnknownGpuModelAsksForTheCatalogName) {
   EXPECT_EQ(match_device_model("Tesla V100-SXM3-32GB-H")->name, "V100-SXM3");
   EXPECT_EQ(match_device_model("NVIDIA H100 80GB HBM3")->name, "H100-SXM");
   EXPECT_EQ(match_device_model("NVIDIA H100 PCIe")->name, "H100-PCIe");
+  EXPECT_EQ(match_device_model("NVIDIA H20")->name, "H20");
+  EXPECT_EQ(match_device_model("NVIDIA H200")->name, "H200");
+  EXPECT_EQ(match_device_model("NVIDIA GB200")->name, "GB200");
+  EXPECT_EQ(match_device_model("NVIDIA B200")->name, "B200");
 }
 
 }  // namespace

@@ -8,13 +8,23 @@
 
 namespace {
 
-void BM_Plan(benchmark::State& state, const char* model, bool appendix = false) {
+// `cli_defaults`: the search `trellis plan` runs with no flags (the trained variant only,
+// batches 1..256 in powers of two, the default SLOs); `fp8` adds fp8 beside bf16 (--dtype all).
+void BM_Plan(benchmark::State& state, const char* model, bool appendix = false, bool cli_defaults = false,
+             bool fp8 = false) {
   using namespace trellis::sim;
   const int gpus = static_cast<int>(state.range(0));
   PlanRequest r;
   r.model = load_model(model);
   r.cluster = make_cluster_view(testing::gpu_cluster(gpus / 8, 8));
   if (appendix) r.kind = ModelKind::kAppendix;
+  if (cli_defaults) {
+    r.variants = {r.model.trained_variant};
+    r.batches = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    r.slo_ttft_s = kDefaultSloTtftS;
+    r.slo_tpot_s = kDefaultSloTpotS;
+  }
+  if (fp8) r.precisions = {Precision::kBf16, Precision::kFp8};
   long evaluated = 0;
   for (auto _ : state) {
     PlanResult res = plan(r);
@@ -26,6 +36,14 @@ void BM_Plan(benchmark::State& state, const char* model, bool appendix = false) 
 
 BENCHMARK_CAPTURE(BM_Plan, llama70b, "llama-3.1-70b")->Arg(16)->Arg(128)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Plan, llama405b, "llama-3.1-405b")->Arg(16)->Arg(1024)->Unit(benchmark::kMillisecond);
+// What `trellis plan` searches by default, up to 16,384 GPUs, and with fp8 beside bf16.
+BENCHMARK_CAPTURE(BM_Plan, llama405b_cli_defaults, "llama-3.1-405b", false, true)
+    ->Arg(1024)->Arg(16384)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Plan, llama405b_cli_defaults_fp8, "llama-3.1-405b", false, true, true)
+    ->Arg(1024)->Arg(16384)->Unit(benchmark::kMillisecond);
+// Every variant, both precisions, the 9 batch sizes: the largest search the flags allow.
+BENCHMARK_CAPTURE(BM_Plan, llama405b_all_variants_fp8, "llama-3.1-405b", false, false, true)
+    ->Arg(1024)->Unit(benchmark::kMillisecond);
 // The same search with the appendix model (the paper's equations) as the in-run reference.
 BENCHMARK_CAPTURE(BM_Plan, llama70b_appendix, "llama-3.1-70b", true)->Arg(1024)->Unit(benchmark::kMillisecond);
 

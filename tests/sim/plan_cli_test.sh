@@ -24,11 +24,104 @@ check() {  # check NAME EXPECTED_RC PATTERN -- command...
 }
 
 check table 0 'why #1: .*takes [0-9]+% of each decode step' -- \
-  "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100-NDR --svg "$TMP/p.svg" --top 5
+  "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100-NDR --svg "$TMP/p.svg" --top 5 --variants all
 grep -q '</svg>' "$TMP/p.svg" && grep -q 'ladder' "$TMP/p.svg" || { echo "FAIL svg"; fail=1; }
 check json 0 '"ranked": \[' -- "$TRELLIS" plan --model llama-3.1-70b --cluster hosts=2,gpus=8,gpu=H100-SXM,nics=8x400g-ib --json --top 2
 check appendix 0 'appendix model' -- "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100 --sim-model appendix --top 2
 check slo 0 'SLO +TPOT <= 20 ms' -- "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100 --slo-tpot-ms 20 --top 2
+# Defaults a user can run: the model as trained (standard), goodput under the default SLOs,
+# and the mpirun line of the top pick; other variants only when asked, labelled.
+out=$("$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100-NDR --top 20)
+rows=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /x/' <<<"$out")
+if [[ -n $rows ]] && ! grep -qv ' standard ' <<<"$rows" && ! grep -q 'needs a model trained' <<<"$out" &&
+   grep -q '^SLO      TPOT <= 50 ms, TTFT <= 2000 ms (defaults' <<<"$out" && grep -q '^objective goodput' <<<"$out"; then
+  echo "ok   defaults-standard-goodput"
+else echo "FAIL defaults-standard-goodput"; echo "$out" | head -20; fail=1; fi
+# Every ranked row meets the default SLOs (TPOT column 8, TTFT column 9).
+if awk '$1 ~ /^[0-9]+$/ && $2 ~ /x/ && ($8 > 50 || $9 > 2000) {bad=1} END {exit bad}' <<<"$rows"; then
+  echo "ok   defaults-meet-slo"
+else echo "FAIL defaults-meet-slo"; echo "$rows"; fail=1; fi
+# The launch block runs the layout the table ranks first: mpirun -np p*t ... serve --pp P --tp T.
+row=$(awk '$1 == "1" {print $2, $5}' <<<"$out")
+read -r grid batch <<<"$row"
+IFS=x read -r d pp tp <<<"$grid"
+if grep -qF "mpirun -np $((pp * tp)) --hostfile hosts.0 trellis serve --model \"\$TRELLIS_MODEL\" --pp $pp --tp $tp --max-seqs $batch --port 8000" <<<"$out" &&
+   grep -qE '^  node0 slots=[0-9]+' <<<"$out"; then echo "ok   launch-line ($grid)"
+else echo "FAIL launch-line: #1 '$grid'"; echo "$out" | tail -12; fail=1; fi
+out=$("$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100-NDR --top 30 --variants all)
+if grep -qE ' (ladder|desync4) .*\(needs a model trained for it\)$' <<<"$out" &&
+   ! grep -qE ' standard .*needs a model trained' <<<"$out"; then echo "ok   variants-labelled"
+else echo "FAIL variants-labelled"; echo "$out" | head -20; fail=1; fi
+check throughput-no-default-slo 0 '^objective throughput' -- \
+  "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100-NDR --top 2 --objective throughput
+"$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100-NDR --top 2 --objective throughput | grep -q '^SLO' &&
+  { echo "FAIL throughput-no-default-slo: an SLO line"; fail=1; }
+check slo-negative 2 'slo-tpot-ms: must be >= 0 ms \(0 drops the SLO\)' -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --slo-tpot-ms -3
+check slo-zero-drops 0 '^SLO      TPOT <= 50 ms, TTFT <= - ' -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --slo-ttft-ms 0 --top 1
+check latency-objective 0 '^objective latency' -- \
+  "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100-NDR --top 2 --objective latency
+check unknown-objective 1 "unknown objective 'fast'; valid: goodput, throughput, latency" -- \
+  "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100-NDR --objective fast
+# p = 1 has no pipeline bubble (the idle time between steps is host work, reported apart).
+"$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --json --top 10 --objective throughput > "$TMP/p1.json"
+if python3 - "$TMP/p1.json" <<'PY'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["ranked"] if r["pp"] == 1]
+assert rows and all(r["decode_breakdown_ms"]["bubble"] == 0 for r in rows), rows
+assert any(r["decode_breakdown_ms"]["host_gap"] > 0 for r in rows)
+assert all("pipeline bubble" not in r["dominant"] for r in rows)
+PY
+then echo "ok   p1-no-bubble"; else echo "FAIL p1-no-bubble"; fail=1; fi
+# A TP group spanning hosts is explained in one line (text) and in JSON.
+check tp-across-hosts 0 '^TP across hosts: t=16 spans 2 hosts, so each all-reduce also crosses ib-ndr at 50.0 GB/s per rank.*best layout with TP inside a host, d=1 p=2 t=8' -- \
+  "$TRELLIS" plan --model llama-3.1-405b --cluster 2x8xH100-NDR --no-replicas --objective throughput --top 2
+"$TRELLIS" plan --model llama-3.1-405b --cluster 2x8xH100-NDR --no-replicas --objective throughput --json --top 1 > "$TMP/x.json"
+if python3 - "$TMP/x.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+x = j["tp_across_hosts"]
+assert j["ranked"][0]["tp"] == 16 and j["ranked"][0]["tp_hosts"] == 2
+assert x["hosts"] == 2 and x["link"] == "ib-ndr" and x["link_GBps_per_rank"] == 50.0, x
+assert 0 < x["inter_host_ms_per_step"] < x["decode_step_ms"], x
+assert x["best_tp_inside_a_host"]["tp"] == 8 and x["best_tp_inside_a_host"]["tp_hosts"] == 1
+assert x["explanation"].startswith("TP across hosts")
+PY
+then echo "ok   tp-across-hosts-json"; else echo "FAIL tp-across-hosts-json"; fail=1; fi
+# Catalog: GB200 NVL72 (a 72-GPU NVLink domain over 18 trays) and H20 on RoCE 400G.
+check nvl72 0 'NVLink domains of 72 GPUs \(18 hosts each\) over nvl72' -- \
+  "$TRELLIS" plan --model llama-3.1-405b --cluster 1xNVL72 --top 3
+check nvl72-tp-on-nvlink 0 '^ +1 +[0-9]+x1x8 .* nvl72$' -- \
+  "$TRELLIS" plan --model llama-3.1-405b --cluster 1xNVL72 --top 1
+check nvl72-attribute 0 'cluster  36 host\(s\) x 4 GB200.*NVLink domains of 72' -- \
+  "$TRELLIS" plan --model llama-3.1-70b --cluster hosts=36,gpus=4,gpu=GB200,nics=4x400g-roce,nvlink-domain=72 --top 1
+check h20-roce 0 'cluster  2 host\(s\) x 8 H20, in-host nvlink4, fabric roce-400' -- \
+  "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH20-ROCE400 --top 1
+check nvlink-domain-bad 1 'nvlink-domain=12: must be a multiple of the 8 devices per host' -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster hosts=2,gpus=8,nvlink-domain=12
+# Precision: fp8 where the GPU has FP8 tensor cores.
+check fp8-column 0 '^ +1 .* fp8 ' -- "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH20 --dtype all --top 3
+check fp8-no-tensor-cores 1 '--dtype fp8: A100-SXM has no FP8 tensor cores; devices that have them: H100-SXM' -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xA100 --dtype fp8
+# Bad input names the valid choices.
+check unknown-fabric 1 "unknown fabric 'FOO' in cluster '2x8xH100-FOO'; valid fabrics: hdr, ndr, roce100" -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 2x8xH100-FOO
+check unknown-spec-gpu 1 "unknown gpu 'TPU'; valid GPUs: .*H20" -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster hosts=2,gpus=8,gpu=TPU
+check unknown-spec-key 1 "unknown key 'foo'; valid keys: hosts .* nvlink-domain" -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster hosts=2,gpus=8,foo=1
+mkdir -p "$TMP/moe"
+echo '{"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100, "num_local_experts": 8}' > "$TMP/moe/config.json"
+check moe-refused 1 "field 'num_local_experts' \(mixture of experts\) is not modelled" -- \
+  "$TRELLIS" plan --model "$TMP/moe" --cluster 1x8xH100
+mkdir -p "$TMP/neox"
+echo '{"num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 8, "vocab_size": 1000, "use_parallel_residual": true}' > "$TMP/neox/config.json"
+out=$("$TRELLIS" plan --model "$TMP/neox" --cluster 1x8xH100 --top 5)
+if grep -q 'trained as parallel (config: use_parallel_residual)' <<<"$out" && grep -qE '^ +1 .* parallel ' <<<"$out" &&
+   grep -q -- '--variant parallel' <<<"$out" && ! grep -q 'needs a model trained' <<<"$out"; then
+  echo "ok   parallel-trained"
+else echo "FAIL parallel-trained"; echo "$out"; fail=1; fi
 check unknown-model 1 'valid models: .*llama-3.1-70b' -- "$TRELLIS" plan --model llama-9 --cluster 2x8xH100
 check unknown-cluster 1 'unknown cluster .*2x8xH100-NDR.*H100-SXM' -- "$TRELLIS" plan --model llama-3.1-8b --cluster bogus
 check unknown-gpu 1 'valid devices: .*B200' -- "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --gpu TPU
@@ -37,6 +130,14 @@ check nothing-fits 1 'no feasible configuration: binding constraint is device me
   "$TRELLIS" plan --model llama-3.1-405b --cluster 1x2xH100
 check slo-impossible 1 'no feasible configuration: binding constraint is the latency SLO' -- \
   "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100 --slo-tpot-ms 0.1
+# ... with the best infeasible plans and how far each misses.
+check slo-closest 1 'closest misses, one per grid.*' -- \
+  "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100 --slo-tpot-ms 5
+out=$("$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100 --slo-tpot-ms 5 --top 3)
+if [[ $(grep -cE '^ +[0-9]+ .*TPOT [0-9.]+ ms > SLO 5.00 ms \(\+[0-9]+%\)$' <<<"$out") == 3 ]]; then echo "ok   slo-closest-rows"
+else echo "FAIL slo-closest-rows"; echo "$out"; fail=1; fi
+check memory-closest 1 '1 +1x1x2 .*memory: needs 380.1 GiB per device > 76.0 GiB usable \(\+400%\)' -- \
+  "$TRELLIS" plan --model llama-3.1-405b --cluster 1x2xH100
 echo '{"schema": "trellis.calibration.v1", "links": [{"class": "rdma", "alpha_us": "x", "bandwidth_GBps": 1}]}' > "$TMP/bad.json"
 check bad-calibration 1 "field 'links\[0\].alpha_us'" -- \
   "$TRELLIS" plan --model llama-3.1-8b --cluster 2x8xH100 --calibration "$TMP/bad.json"

@@ -17,7 +17,11 @@
 #include <string_view>
 #include <vector>
 
+#include "trellis/core/variant.hpp"
+
 namespace trellis::sim {
+
+using trellis::Variant;
 
 enum class DeviceKind { kGpu, kCpu };
 
@@ -35,6 +39,8 @@ struct DeviceSpec {
   std::string host_link;          // link catalog key device <-> host (PCIe gen)
   double launch_overhead_s = 0;   // fixed cost per kernel-group (one layer) launch
   std::string source;             // where the numbers come from
+  double dense_flops_fp8 = 0;     // dense FP8 (e4m3) tensor-core FLOP/s; 0 = no FP8 tensor cores
+  bool has_fp8() const { return dense_flops_fp8 > 0; }
 };
 
 // The class of a link, fastest first; mirrors the topology layer's classes.
@@ -65,6 +71,11 @@ struct ModelSpec {
   bool qkv_bias = false;
   int max_positions = 0;
   std::string source;
+  // The variant the checkpoint was trained as: `standard` unless its config says otherwise
+  // (`use_parallel_residual`, `parallel_attn` or a GPT-J config: attention and MLP side by
+  // side, i.e. `parallel`). Other variants need a model trained for them.
+  Variant trained_variant = Variant::kStandard;
+  std::string trained_variant_field;  // the config field that said so (empty: standard)
 
   // Parameter counts (elements).
   double layer_params() const;        // one decoder layer
@@ -84,7 +95,9 @@ std::span<const ModelSpec> model_catalog();
 const DeviceSpec& find_device(std::string_view name);
 const LinkSpec& find_link(std::string_view name);
 // A catalog model name, or a path to a Hugging Face config.json (or a directory holding
-// one). A malformed file throws kCorruptInput naming the file and the field.
+// one). A malformed file throws kCorruptInput naming the file and the field; a config the
+// model cannot describe (mixture of experts, MLA's compressed KV) throws kInvalidArgument
+// naming the field, rather than being planned as the dense model it is not.
 ModelSpec load_model(std::string_view name_or_path);
 // Parses the text of a config.json; `origin` names it in errors.
 ModelSpec parse_model_config(std::string_view json_text, std::string_view origin);
@@ -93,5 +106,7 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view origin
 std::string device_names();
 std::string link_names();
 std::string model_names();
+// Devices with FP8 tensor cores, comma-separated.
+std::string fp8_device_names();
 
 }  // namespace trellis::sim

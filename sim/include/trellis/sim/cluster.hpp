@@ -37,8 +37,25 @@ struct ClusterView {
   // Parallel to allreduce_fits: the measured time by size (Calibration::allreduce_curve).
   std::vector<std::vector<std::pair<double, double>>> allreduce_curves;
 
+  // An NVLink domain spanning hosts (GB200 NVL72: 18 trays of 4 GPUs, one domain of 72):
+  // ranks per domain, 0 when every host is its own domain. Two ranks of one domain on
+  // different hosts talk over `domain_link`; only ranks of different domains use the fabric.
+  int nvlink_domain = 0;
+  LinkCost domain_link;
+
   int ranks() const { return hosts * devices_per_host; }
+  // Ranks that reach each other without the fabric: the NVLink domain, else the host.
+  int domain_ranks() const { return nvlink_domain > devices_per_host ? nvlink_domain : devices_per_host; }
+  // "host" or "NVLink domain": what a TP group spanning the fabric spans.
+  const char* domain_word() const { return nvlink_domain > devices_per_host ? "NVLink domain" : "host"; }
 };
+
+// Makes every `ranks` consecutive ranks (whole hosts) one NVLink domain, as a GB200 NVL72
+// rack (`ranks` = 72 over 18 trays of 4). `ranks` must be a multiple of the devices per host
+// and divide the cluster's ranks; throws kInvalidArgument with the numbers otherwise. The
+// domain link is the catalog's `nvl72` for NVLink-5 devices, else the device's own NVLink
+// generation (a calibration's nvlink figures replace either).
+void set_nvlink_domain(ClusterView& c, int ranks, const Calibration* calibration = nullptr);
 
 // Builds the view. `device_override` (a catalog name) replaces the device model the
 // topology reports; without it an unknown model throws kNotFound listing the catalog.
@@ -49,7 +66,9 @@ ClusterView make_cluster_view(const topology::Topology& topo, const std::string&
                               const Calibration* calibration = nullptr, int cpu_ranks_per_host = 0);
 
 // Links of one replica's p x t grid placed from rank `first_rank` on (replicas are packed
-// one after another). The worst TP group and each stage boundary's slowest pair.
+// one after another). The worst TP group and each stage boundary's slowest pair. With an
+// NVLink domain, `tp.hosts` counts the domains a TP group spans and a boundary "crosses a
+// host" when it crosses the fabric.
 LayoutLinks layout_links(const ClusterView& c, int p, int t, int first_rank = 0);
 
 // The catalog device a topology model string names ("NVIDIA H100 80GB HBM3" -> H100-SXM),

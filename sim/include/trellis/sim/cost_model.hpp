@@ -84,7 +84,21 @@ struct Workload {
   double weight_bytes = 2;
   double kv_bytes = 2;
   double act_bytes = 2;
+  // Linear layers (the weight GEMMs) run on the FP8 tensor cores (dense_flops_fp8); the
+  // attention core, norms and all-reduces stay 16-bit. Set with weight_bytes = kv_bytes = 1.
+  bool fp8_linear = false;
 };
+
+// Number formats a plan may use for weights and KV cache. bf16: 2 bytes, the 16-bit tensor
+// cores. fp8: e4m3 weights and KV cache (1 byte each, per-tensor scales), linear layers on
+// the FP8 tensor cores, activations and all-reduces in bf16; only on devices with FP8
+// tensor cores. f32: the CPU path (4 bytes everywhere).
+enum class Precision { kBf16, kFp8, kF32 };
+std::string_view to_string(Precision p);
+// "bf16", "fp8", "f32"; anything else throws kInvalidArgument listing them.
+Precision parse_precision(std::string_view name);
+// The workload's element sizes for a precision (batch and lengths kept).
+Workload with_precision(Workload w, Precision p);
 
 // SiPipe's three techniques (sipipe.txt section 5); each one removes a bubble term.
 struct PipelineTechniques {
@@ -174,7 +188,14 @@ struct Breakdown {
   double boundary = 0;          // stage send (plus metadata without SAT)
   double sampling = 0;          // on the critical path
   double input_prep = 0;        // on the critical path
-  double bubble = 0;            // per period: time the bottleneck stage idles
+  double bubble = 0;            // per period: time the bottleneck stage idles because fewer
+                                // microbatches are in flight than the pipeline's depth needs
+                                // (0 for p = 1: one stage has no pipeline to fill)
+  double host_gap = 0;          // per period: time the bottleneck stage idles while the loop
+                                // waits for host work between steps (sampling, input
+                                // preparation of stage 0, the engine's step, token return)
+  double tp_comm_inter = 0;     // the part of tp_comm spent crossing the fabric (TP groups
+                                // spanning hosts: the inter-host all-reduce of each shard)
 };
 
 struct Memory {
@@ -205,6 +226,10 @@ struct Prediction {
 // (reduce-scatter + all-gather, 2 ceil(log2 t) steps) within a host; hierarchical
 // (intra-host reduce-scatter, inter-host all-reduce of the shard, intra all-gather) across.
 double allreduce_time(const GroupLinks& g, double bytes);
+// The inter-host part of allreduce_time: the all-reduce of each rank's shard across the hosts
+// at its share of the NICs (0 for a group inside one host; all of it when the group's time
+// is a measurement over the fabric).
+double allreduce_inter_time(const GroupLinks& g, double bytes);
 // Time of a point-to-point transfer: alpha + bytes / bandwidth.
 double transfer_time(const LinkCost& l, double bytes);
 // Roofline time of `flops` and `bytes` on the device at the given efficiencies.

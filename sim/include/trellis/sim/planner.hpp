@@ -18,6 +18,23 @@ namespace trellis::sim {
 
 enum class ModelKind { kRefined, kAppendix };
 
+// What the ranking maximises. goodput: generated tokens/s of requests that meet the SLOs
+// (a layout's predicted TTFT and TPOT hold for all its requests, so its goodput is its
+// throughput when it meets both SLOs and 0 otherwise); throughput: tokens/s, SLOs only as
+// given; latency: the shortest request (TTFT + gen x TPOT) among layouts meeting the SLOs.
+enum class Objective { kGoodput, kThroughput, kLatency };
+std::string_view to_string(Objective o);
+// "goodput", "throughput", "latency"; anything else throws kInvalidArgument listing them.
+Objective parse_objective(std::string_view name);
+
+// The SLOs `trellis plan` applies under --objective goodput|latency when none are given:
+// interactive chat serving. TTFT 2 s is MLPerf Inference's Server target for Llama-2-70B,
+// Llama-3.1-8B, Mixtral and DeepSeek-R1; TPOT 50 ms (20 tokens/s per user, faster than
+// reading) lies between MLPerf's interactive targets (30 ms 8B, 40 ms 70B, 80 ms 405B).
+// docs/planner.md ("Objective and default SLOs") has the sources.
+constexpr double kDefaultSloTtftS = 2.0;
+constexpr double kDefaultSloTpotS = 0.050;
+
 struct PlanRequest {
   ModelSpec model;
   ClusterView cluster;
@@ -25,6 +42,9 @@ struct PlanRequest {
   std::vector<int> batches = {1, 4, 16, 64, 256};  // concurrent sequences per replica
   std::vector<Variant> variants = all_variants();
   Workload work;                    // prompt/gen lengths and element sizes (batch ignored)
+  // Number formats to enumerate (a plan dimension); empty: `work`'s element sizes as given.
+  std::vector<Precision> precisions;
+  Objective objective = Objective::kGoodput;
   std::optional<double> slo_tpot_s;
   std::optional<double> slo_ttft_s;
   PipelineTechniques techniques;
@@ -47,6 +67,29 @@ struct Candidate {
   std::string slo_miss;             // empty when the SLO holds
   bool boundary_crosses_host = false;
   std::string tp_link;              // the TP group's link ("nvlink4", "ib-ndr across 2 hosts")
+  int tp_hosts = 1;                 // hosts (NVLink domains) the TP group spans
+  Precision precision = Precision::kBf16;
+  // The variant differs from the one the model was trained as: the plan is only valid for a
+  // checkpoint trained for it (nocomm: never, its outputs are wrong).
+  bool needs_trained_model = false;
+  double request_latency_s = 0;     // TTFT + gen_len x TPOT
+  // How far it misses (1 = meets): the worst of TTFT / SLO and TPOT / SLO, or for a layout
+  // that does not fit, memory needed / usable. 0 for shape problems.
+  double miss = 1;
+};
+
+// A winner whose TP group spans hosts, explained: what crossing the fabric costs it and what
+// it gains over the best layout whose TP stays inside a host (or NVLink domain).
+struct TpAcrossHosts {
+  int hosts = 0;                    // hosts (or NVLink domains) one TP group spans
+  std::string link;                 // the fabric ("ib-ndr")
+  double link_bandwidth = 0;        // per rank, bytes/s (its share of the host's NICs)
+  double inter_s = 0;               // fabric part of the all-reduces per decode step
+  double step_s = 0;                // the winner's decode step (TPOT)
+  const char* domain = "host";      // "host" or "NVLink domain"
+  std::optional<Candidate> alternative;  // best layout with TP in a host (may miss the SLO)
+  double gain = 0;                  // winner / alternative in the objective's metric, - 1
+  std::string line;                 // the explanation, one line
 };
 
 struct PlanResult {
@@ -56,9 +99,14 @@ struct PlanResult {
   std::vector<Candidate> bounds;    // feasible nocomm layouts: upper bounds, never ranked
   long evaluated = 0;
   std::string binding_constraint;   // when `ranked` is empty: what stopped every layout
+  std::vector<Candidate> closest;   // when `ranked` is empty: the best misses, least miss first
   std::string why;                  // one line: why the winner wins
+  std::optional<TpAcrossHosts> tp_across_hosts;  // when the winner's TP group spans hosts
   std::vector<std::string> warnings;
 };
+
+// Whether `a` ranks before `b` under the objective (both within the SLO).
+bool ranks_before(Objective o, const Candidate& a, const Candidate& b);
 
 PlanResult plan(const PlanRequest& request);
 
