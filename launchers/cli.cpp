@@ -9,6 +9,7 @@
 #include "environment.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/log.hpp"
+#include "trellis/core/shm_names.hpp"
 #include "trellis/core/strings.hpp"
 
 namespace trellis::launchers {
@@ -40,8 +41,9 @@ void apply_flags(const GlobalFlags& flags, Config& config) {
   }
 }
 
-// Registers groups and commands from the table; `selected` receives the parsed command.
-void build_app(CLI::App& app, GlobalFlags& flags, Action& selected) {
+// Registers groups and commands from the table; `selected` receives the parsed command and
+// `selected_path` its path ("info", "bench ring").
+void build_app(CLI::App& app, GlobalFlags& flags, Action& selected, std::string_view& selected_path) {
   app.set_version_flag("--version", std::string(TRELLIS_VERSION));
   app.add_option("--log-level", flags.log_level,
                  "trace, debug, info, warn, error, critical or off (env TRELLIS_LOG_LEVEL)");
@@ -65,7 +67,10 @@ void build_app(CLI::App& app, GlobalFlags& flags, Action& selected) {
     }
     CLI::App* sub = parent->add_subcommand(leaf, std::string(c.summary));
     Action action = c.define(*sub);
-    sub->callback([&selected, action] { selected = action; });
+    sub->callback([&selected, &selected_path, action, path = c.path] {
+      selected = action;
+      selected_path = path;
+    });
   }
 }
 
@@ -86,7 +91,17 @@ std::string first_unknown_command(int argc, char** argv) {
   return {};
 }
 
-int run_action(const Action& action, Config config) {
+// Removes the shared-memory segments of jobs whose creator died before unlinking them
+// (killed during set-up); see core/shm_names.hpp. Every rank sweeps its host; a segment is
+// removed once, by whichever rank gets there first.
+void sweep_shared_memory() {
+  for (const auto& seg : sweep_stale_shm_segments())
+    spdlog::info("removed shared-memory segment {} ({}) of a dead job: its creator, pid {}, is gone", seg.name,
+                 format_bytes(static_cast<double>(seg.bytes)), seg.pid);
+}
+
+// `sweep_shm`: every command but `trellis info`, which lists the leftovers instead.
+int run_action(const Action& action, Config config, bool sweep_shm) {
   Session session;
   session.config = std::move(config);
   session.launch = detect_launch();
@@ -110,6 +125,7 @@ int run_action(const Action& action, Config config) {
     std::cerr << "trellis: " << e.what() << "\n";
     return kExitUsage;
   }
+  if (sweep_shm) sweep_shared_memory();
   try {
     return action(session);
   } catch (const std::exception& e) {
@@ -133,12 +149,24 @@ bool Session::require_world(bool ok, std::string_view message) const {
   return ok;
 }
 
+int apply_flag_settings(Session& s, std::initializer_list<FlagSetting> flags) {
+  try {
+    for (const auto& f : flags)
+      if (!f.value.empty()) s.config.set(f.setting, f.value, SettingSource::kFlag, f.flag);
+  } catch (const Error& e) {
+    if (s.is_root()) spdlog::error("{}", e.what());
+    return kExitUsage;
+  }
+  return 0;
+}
+
 int run_cli(int argc, char** argv) {
   CLI::App app{"trellis: LLM inference across many machines, as pipeline stages x tensor-parallel ranks",
                "trellis"};
   GlobalFlags flags;
   Action selected;
-  build_app(app, flags, selected);
+  std::string_view selected_path;
+  build_app(app, flags, selected, selected_path);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -168,7 +196,7 @@ int run_cli(int argc, char** argv) {
     print_usage(std::cerr);
     return kExitUsage;
   }
-  return run_action(selected, std::move(config));
+  return run_action(selected, std::move(config), selected_path != "info");
 }
 
 }  // namespace trellis::launchers

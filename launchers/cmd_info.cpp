@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "trellis/core/shm_names.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/kernels/library.hpp"
 #include "trellis/runtime/build_info.hpp"
@@ -28,17 +29,42 @@ nlohmann::json config_json(const Config& config) {
     rows.push_back({{"name", s.name}, {"type", to_string(s.type)}, {"value", config.raw(s.name)},
                     {"default", s.default_value}, {"source", to_string(config.source(s.name))},
                     {"env", s.env}, {"description", s.description}});
+    if (s.numeric()) {
+      rows.back()["min"] = s.min;
+      rows.back()["max"] = s.max;
+    }
   }
   return rows;
 }
 
 void print_config(const Config& config) {
-  std::cout << fmt::format("{:<26} {:<7} {:<12} {:<12} {}\n", "setting", "type", "value", "source", "environment");
+  std::cout << fmt::format("{:<26} {:<7} {:<12} {:<12} {:<30} {}\n", "setting", "type", "value", "source",
+                           "environment", "range");
   for (const auto& s : all_settings()) {
-    std::cout << fmt::format("{:<26} {:<7} {:<12} {:<12} {}\n", s.name, to_string(s.type), config.raw(s.name),
-                             to_string(config.source(s.name)), s.env.empty() ? "-" : s.env);
+    std::cout << fmt::format("{:<26} {:<7} {:<12} {:<12} {:<30} {}\n", s.name, to_string(s.type), config.raw(s.name),
+                             to_string(config.source(s.name)), s.env.empty() ? "-" : s.env,
+                             s.numeric() ? s.range_text() : "-");
     std::cout << fmt::format("    {}\n", s.description);
   }
+}
+
+// This host's trellis segments in /dev/shm (this user's): a stale one outlived its creator
+// (a job killed during set-up) and goes at the next start of any other command.
+nlohmann::json shm_json() {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& seg : list_shm_segments())
+    rows.push_back({{"name", seg.name}, {"bytes", seg.bytes}, {"creator_pid", seg.pid}, {"stale", seg.stale}});
+  return rows;
+}
+
+void print_shm(const nlohmann::json& rows) {
+  std::cout << fmt::format("\nshared memory (this host, /dev/shm/trellis-*): {}\n",
+                           rows.empty() ? "none left over" : std::to_string(rows.size()) + " segment(s)");
+  for (const auto& r : rows)
+    std::cout << fmt::format("  {}  {}  creator pid {} {}\n", r["name"].get<std::string>(),
+                             format_bytes(r["bytes"].get<double>()), r["creator_pid"].get<std::int64_t>(),
+                             r["stale"].get<bool>() ? "is gone: stale, removed at the next start"
+                                                    : "runs (or belongs to another pid namespace)");
 }
 
 nlohmann::json library_json(const transport::LibraryReport& lib) {
@@ -141,6 +167,7 @@ int run_info(Session& s, const InfoOptions& o) {
   nlohmann::json j = library_json(transport::query_libraries());
   j["world"] = {{"size", s.size()}, {"mpi", s.under_mpirun}, {"launcher", s.launch.launcher()}, {"ranks", ranks}};
   j["launch"] = launch_json(s.launch);
+  j["shm_segments"] = shm_json();
   if (o.json) {
     j["config"] = config_json(s.config);
     std::cout << j.dump(2) << "\n";
@@ -158,6 +185,7 @@ int run_info(Session& s, const InfoOptions& o) {
                                  ? " (Slurm node " + r["slurm_node"].get<std::string>() + ")"
                                  : "");
   }
+  print_shm(j["shm_segments"]);
   return 0;
 }
 

@@ -11,7 +11,9 @@
 
 #include "commands.hpp"
 #include "layout_flags.hpp"
+#include "trellis/core/error.hpp"
 #include "trellis/runtime/engine/generate.hpp"
+#include "trellis/runtime/workload/workload.hpp"
 
 namespace trellis::launchers {
 namespace {
@@ -20,8 +22,9 @@ struct RunOptions {
   runtime::GenerateOptions gen;
   bool json = false;
   bool no_cpu_sampler = false, no_tsem = false, no_sat = false;
-  int max_seqs = 0, max_context = 0, sampler_threads = 0;
-  std::string kv_budget;
+  // Flags that stand for settings, as given (empty: not given); Config::set checks them, so
+  // --max-seqs 0 is refused like --set run.max_seqs=0 rather than silently ignored.
+  std::string max_seqs, max_context, sampler_threads, kv_budget;
 };
 
 std::atomic<bool> g_stop{false};
@@ -30,12 +33,22 @@ extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
 int run_generate(Session& s, RunOptions& o) {
   if (!check_layout(s, o.gen.pp, o.gen.tp, "run")) return 1;
-  if (o.max_seqs > 0) s.config.set("run.max_seqs", std::to_string(o.max_seqs), SettingSource::kFlag, "--max-seqs");
-  if (o.max_context > 0)
-    s.config.set("run.max_context", std::to_string(o.max_context), SettingSource::kFlag, "--max-context");
-  if (o.sampler_threads > 0)
-    s.config.set("run.sampler_threads", std::to_string(o.sampler_threads), SettingSource::kFlag, "--sampler-threads");
-  if (!o.kv_budget.empty()) s.config.set("run.kv_budget", o.kv_budget, SettingSource::kFlag, "--kv-budget");
+  if (int rc = apply_flag_settings(s, {{"run.max_seqs", "--max-seqs", o.max_seqs},
+                                       {"run.max_context", "--max-context", o.max_context},
+                                       {"run.sampler_threads", "--sampler-threads", o.sampler_threads},
+                                       {"run.kv_budget", "--kv-budget", o.kv_budget}});
+      rc != 0)
+    return rc;
+  // A synthetic spec is checked here, on every rank, so that a bad one (n=1e14) is a usage
+  // error before anything loads; rank 0 parses it again to build the workload.
+  if (o.gen.prompts.empty() && o.gen.prompt.empty()) {
+    try {
+      (void)runtime::parse_synthetic_spec(o.gen.workload, "--workload");
+    } catch (const Error& e) {
+      if (s.is_root()) spdlog::error("{}", e.what());
+      return 2;
+    }
+  }
   if (o.gen.chat && o.gen.prompts.empty() && o.gen.prompt.empty()) {
     if (s.is_root()) spdlog::error("--chat needs text prompts: --prompt TEXT or --prompts FILE");
     return 2;
@@ -62,7 +75,7 @@ int run_generate(Session& s, RunOptions& o) {
     }
     else
       std::cout << runtime::to_text(rep.summary);
-    if (!o.gen.out.empty()) std::cout << (o.json ? "" : fmt::format("output: {}\n", o.gen.out));
+    if (!o.gen.out.empty()) std::cout << (o.json ? "" : fmt::format("output: {} ({} requests)\n", o.gen.out, rep.out_written));
     if (!o.gen.prompt.empty() && !o.json)
       for (const auto& t : rep.texts) std::cout << "answer: " << t << "\n";
   }

@@ -23,23 +23,21 @@ namespace {
 
 struct ServeOptions {
   runtime::GenerateOptions gen;
-  std::string host, api_key, model_name, kv_budget;
-  int port = -1, max_seqs = 0, max_context = 0;
+  std::string host, api_key, model_name;
+  // Flags that stand for settings, as given (empty: not given); Config::set checks them.
+  std::string port, max_seqs, max_context, kv_budget;
 };
 
 std::atomic<bool> g_serve_stop{false};
 extern "C" void on_serve_signal(int) { g_serve_stop.store(true); }
 
-void apply_flags(Session& s, const ServeOptions& o) {
-  auto set = [&](const char* name, const std::string& v, const char* flag) {
-    s.config.set(name, v, SettingSource::kFlag, flag);
-  };
-  if (!o.host.empty()) set("serve.host", o.host, "--host");
-  if (o.port >= 0) set("serve.port", std::to_string(o.port), "--port");
-  if (!o.api_key.empty()) set("serve.api_key", o.api_key, "--api-key");
-  if (o.max_seqs > 0) set("run.max_seqs", std::to_string(o.max_seqs), "--max-seqs");
-  if (o.max_context > 0) set("run.max_context", std::to_string(o.max_context), "--max-context");
-  if (!o.kv_budget.empty()) set("run.kv_budget", o.kv_budget, "--kv-budget");
+int apply_flags(Session& s, const ServeOptions& o) {
+  return apply_flag_settings(s, {{"serve.host", "--host", o.host},
+                                 {"serve.port", "--port", o.port},
+                                 {"serve.api_key", "--api-key", o.api_key},
+                                 {"run.max_seqs", "--max-seqs", o.max_seqs},
+                                 {"run.max_context", "--max-context", o.max_context},
+                                 {"run.kv_budget", "--kv-budget", o.kv_budget}});
 }
 
 serve::ServerOptions server_options(const Config& c, const ServeOptions& o) {
@@ -96,7 +94,7 @@ void drain_on_signal(runtime::LiveQueue& queue, serve::Server& server, Millis dr
 int run_serve(Session& s, ServeOptions& o) {
   auto& g = o.gen;
   if (!check_layout(s, g.pp, g.tp, "serve")) return 1;
-  apply_flags(s, o);
+  if (int rc = apply_flags(s, o); rc != 0) return rc;
   const auto so = server_options(s.config, o);  // every rank: a bad flag fails everywhere alike
   // Signals first: a SIGTERM during the (long) load must not kill a rank half-way; it is
   // acted on once serving starts. mpirun forwards it to every rank; only rank 0 acts, the

@@ -2,6 +2,7 @@
 // and the world of ranks (MPI under mpirun, a single local rank otherwise).
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -29,5 +30,17 @@ struct Session {
   // job ends everywhere with one clear error and no hang.
   bool require_world(bool ok, std::string_view message) const;
 };
+
+// A command flag that stands for a setting (--max-seqs is run.max_seqs), with the text the
+// user gave, empty when the flag was not given.
+struct FlagSetting {
+  const char* setting;
+  const char* flag;
+  std::string value;
+};
+// Sets every given flag's setting, as the global --set does: a value the setting refuses
+// (type or range, see SettingSpec) is a usage error: rank 0 logs it and every rank gets 2
+// (the exit code); otherwise 0.
+int apply_flag_settings(Session& s, std::initializer_list<FlagSetting> flags);
 
 }  // namespace trellis::launchers

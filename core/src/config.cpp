@@ -1,5 +1,7 @@
 #include "trellis/core/config.hpp"
 
+#include <algorithm>
+
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
 
@@ -36,25 +38,55 @@ const SettingSpec* find_setting(std::string_view name) {
 
 namespace {
 
-// Parses `text` as `type` only to validate it; the typed getters parse again (cheap, and it
-// keeps one representation).
+// A byte count in the largest binary unit that divides it exactly ("64KiB", "1GiB", "100").
+std::string size_text(std::int64_t bytes) {
+  static constexpr const char* kUnits[] = {"", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes != 0 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++u;
+  }
+  return fmt::format("{}{}", bytes, kUnits[u]);
+}
+
+[[noreturn]] void out_of_range(const SettingSpec& spec, std::string_view what, std::string_view value) {
+  throw_error(ErrorCode::kInvalidArgument, "{}: {} is out of range: {} must be in {}", what, value, spec.name,
+              spec.range_text());
+}
+
+// Parses `text` as `type` only to validate it (type and range); the typed getters parse
+// again (cheap, and it keeps one representation).
 void validate(const SettingSpec& spec, std::string_view text, std::string_view what) {
   switch (spec.type) {
     case SettingType::kBool: (void)parse_bool(text, what); break;
     case SettingType::kInt:
     case SettingType::kDurationMs: {
       auto v = parse_int(text, what);
-      if (spec.type == SettingType::kDurationMs && v < 0)
-        throw_error(ErrorCode::kInvalidArgument, "{}: a duration cannot be negative ({})", what, v);
+      if (v < spec.min || v > spec.max) out_of_range(spec, what, text);
       break;
     }
-    case SettingType::kDouble: (void)parse_double(text, what); break;
-    case SettingType::kSize: (void)parse_size(text, what); break;
+    case SettingType::kDouble: {
+      auto v = parse_double(text, what);
+      if (!(v >= static_cast<double>(spec.min) && v <= static_cast<double>(spec.max))) out_of_range(spec, what, text);
+      break;
+    }
+    case SettingType::kSize: {
+      // Unsigned: a size above the int64 range is out of range, not wrapped negative.
+      auto v = parse_size(text, what);
+      if (v > static_cast<std::uint64_t>(spec.max) || v < static_cast<std::uint64_t>(std::max<std::int64_t>(spec.min, 0)))
+        out_of_range(spec, what, text);
+      break;
+    }
     case SettingType::kString: break;
   }
 }
 
 }  // namespace
+
+std::string SettingSpec::range_text() const {
+  if (type == SettingType::kSize) return size_text(min) + ".." + size_text(max);
+  return fmt::format("{}..{}", min, max);
+}
 
 Config::Config() {
   for (const auto& s : all_settings()) {

@@ -1,6 +1,7 @@
 // The one table of settings. Add a row here to declare a setting; nothing else declares
 // settings. Keep names dotted by layer (log., comm., topo., model., run., plan.).
 #include <array>
+#include <cstdint>
 
 #include "trellis/core/config.hpp"
 
@@ -8,6 +9,13 @@ namespace trellis {
 namespace {
 
 using T = SettingType;
+// Bounds shared by the ranges below (SettingSpec::min/max): generous for any real machine or
+// job, small enough that a typo fails at start-up instead of exhausting the host.
+constexpr std::int64_t kKiB = 1024, kMiB = kKiB << 10, kGiB = kMiB << 10, kTiB = kGiB << 10;
+constexpr std::int64_t kSecondUs = 1000000, kHourMs = 3600 * 1000, kDayMs = 24 * kHourMs;
+constexpr std::int64_t kMaxThreads = 1024;     // per rank
+constexpr std::int64_t kMaxTokens = 1 << 20;   // context, iteration and generation lengths
+constexpr std::int64_t kMaxPolls = 1000000000;  // spin/yield counts of a wait
 constexpr std::array kSettings = {
     SettingSpec{"log.level", T::kString, "info",
                 "Log level: trace, debug, info, warn, error, critical, off", "TRELLIS_LOG_LEVEL"},
@@ -17,10 +25,12 @@ constexpr std::array kSettings = {
     SettingSpec{"comm.deadline_ms", T::kDurationMs, "30000",
                 "Longest any blocking communication may wait before the rank reports the peer "
                 "or link that failed and exits",
-                "TRELLIS_DEADLINE_MS"},
+                "TRELLIS_DEADLINE_MS",
+                1, kDayMs},
     SettingSpec{"comm.connect_timeout_ms", T::kDurationMs, "20000",
                 "Longest a rank waits for its peers to connect at start-up",
-                "TRELLIS_CONNECT_TIMEOUT_MS"},
+                "TRELLIS_CONNECT_TIMEOUT_MS",
+                1, kDayMs},
     SettingSpec{"comm.transport", T::kString, "auto",
                 "Link backend override: 'auto' (policy table), NAME for every link, or "
                 "CLASS=NAME[,CLASS=NAME...] per link class (names: shm ucx tcp mpi nccl)",
@@ -29,13 +39,21 @@ constexpr std::array kSettings = {
                 "Remove NVLink paths from link selection (and set NCCL_P2P_DISABLE=1 for NCCL)",
                 "TRELLIS_NO_NVLINK"},
     SettingSpec{"comm.shm.ring_bytes", T::kSize, "4MiB",
-                "Bytes of each direction's ring in a shared-memory link segment", "TRELLIS_SHM_RING_BYTES"},
+                "Bytes of each direction's ring in a shared-memory link segment", "TRELLIS_SHM_RING_BYTES",
+                64 * kKiB, kGiB},
     SettingSpec{"comm.tcp.address", T::kString, "",
-                "Interface name or IP address the tcp link binds to (empty: the host's address)",
+                "Interface name or IP address the tcp link binds to (empty: loopback when every peer is on this "
+                "host, else the host's address)",
                 "TRELLIS_TCP_ADDRESS"},
     SettingSpec{"comm.tcp.max_frame", T::kSize, "1GiB",
                 "Largest tcp frame accepted; a peer announcing more is dropped as malformed",
-                "TRELLIS_TCP_MAX_FRAME"},
+                "TRELLIS_TCP_MAX_FRAME",
+                kKiB, 64 * kGiB},
+    SettingSpec{"comm.tcp.hello_timeout_ms", T::kDurationMs, "2000",
+                "An incoming tcp connection must authenticate (send its greeting with the job token) within "
+                "this, or it is closed; at most 64 unauthenticated connections are held at once",
+                "TRELLIS_TCP_HELLO_TIMEOUT_MS",
+                1, 10 * 60 * 1000},
     SettingSpec{"comm.coll_algorithm", T::kString, "auto",
                 "Collective algorithm for groups: auto (shm in a host, ring across hosts, "
                 "hierarchical when both), mpi, shm, ring, hierarchical",
@@ -44,12 +62,15 @@ constexpr std::array kSettings = {
                 "Link backend the ring and hierarchical collectives use between hosts", "TRELLIS_COLL_BACKEND"},
     SettingSpec{"comm.coll_shm_slot_bytes", T::kSize, "256KiB",
                 "Bytes per rank per ring slot in a shm collective segment (messages go in pieces of this size)",
-                "TRELLIS_COLL_SHM_SLOT_BYTES"},
+                "TRELLIS_COLL_SHM_SLOT_BYTES",
+                64, kGiB},
     SettingSpec{"comm.coll_shm_slots", T::kInt, "8",
-                "Ring slots per rank in a shm collective segment: pieces in flight at once (at least 2)", ""},
+                "Ring slots per rank in a shm collective segment: pieces in flight at once (at least 2)", "",
+                2, 1024},
     SettingSpec{"comm.coll_one_shot_max", T::kSize, "32KiB",
                 "shm all-reduce: every rank sums all inputs up to this size, reduce-scatter+all-gather above",
-                ""},
+                "",
+                0, kGiB},
     SettingSpec{"comm.coll_shm_park", T::kBool, "true",
                 "shm collectives: a rank that spun and yielded without its peers moving blocks on a futex "
                 "until a peer publishes (false: keeps yielding, then sleeping, as other waits do)",
@@ -59,40 +80,50 @@ constexpr std::array kSettings = {
                 "the TP all-reduce completes (two buffers; trellis run asks for two of its largest forward, "
                 "run.max_iteration_tokens rows); in a host the all-reduce then copies nothing in or out. "
                 "Larger forwards take the copying path; 0: never register",
-                "TRELLIS_COLL_SHM_WINDOW"},
+                "TRELLIS_COLL_SHM_WINDOW",
+                0, 64 * kGiB},
     SettingSpec{"comm.coll_doubling_max", T::kSize, "64KiB",
-                "ring all-reduce: recursive doubling up to this size (power-of-two groups), ring above", ""},
+                "ring all-reduce: recursive doubling up to this size (power-of-two groups), ring above", "",
+                0, kGiB},
     SettingSpec{"comm.progress_thread", T::kBool, "true",
                 "Drive asynchronous all-reduces (Ladder Residual) on a background thread that sleeps "
                 "comm.progress_interval_us between tests, so they move while the next module computes",
                 "TRELLIS_PROGRESS_THREAD"},
     SettingSpec{"comm.progress_interval_us", T::kInt, "20",
                 "Progress thread: microseconds slept between tests of outstanding requests (0: yield)",
-                "TRELLIS_PROGRESS_INTERVAL_US"},
+                "TRELLIS_PROGRESS_INTERVAL_US",
+                0, kSecondUs},
     SettingSpec{"comm.progress_cooperative", T::kBool, "true",
                 "Ladder: the compute thread's kernels also test the in-flight all-reduce between GEMM blocks "
                 "(kernels' progress hook), at most every comm.progress_cooperative_us",
                 "TRELLIS_PROGRESS_COOPERATIVE"},
     SettingSpec{"comm.progress_cooperative_us", T::kInt, "100",
-                "Cooperative progress: least microseconds between two tests from inside the kernels", ""},
+                "Cooperative progress: least microseconds between two tests from inside the kernels", "",
+                0, kSecondUs},
     SettingSpec{"comm.wait_spins", T::kInt, "2000",
                 "Blocking communication waits: most polls spent spinning before yielding the core between "
                 "polls; a thread spins less while its yields show its core is shared (then ranks hand over sooner)",
-                "TRELLIS_WAIT_SPINS"},
+                "TRELLIS_WAIT_SPINS",
+                0, kMaxPolls},
     SettingSpec{"comm.wait_yields", T::kInt, "20000",
-                "Blocking communication waits: polls (from the start) before sleeping between polls", ""},
+                "Blocking communication waits: polls (from the start) before sleeping between polls", "",
+                0, kMaxPolls},
     SettingSpec{"comm.wait_sleep_us", T::kInt, "50",
-                "Blocking communication waits: microseconds slept between polls once idle", ""},
+                "Blocking communication waits: microseconds slept between polls once idle", "",
+                0, kSecondUs},
     SettingSpec{"comm.stream_mode", T::kString, "aware",
                 "Stage-to-stage streaming: aware (schema once, raw bytes after) or baseline (size, "
                 "metadata blob, then each tensor, every iteration)",
                 "TRELLIS_STREAM_MODE"},
     SettingSpec{"bench.iters", T::kInt, "200", "Timed iterations per point in `trellis bench`",
-                "TRELLIS_BENCH_ITERS"},
-    SettingSpec{"bench.warmup", T::kInt, "20", "Untimed warm-up iterations per point", ""},
+                "TRELLIS_BENCH_ITERS",
+                1, 10000000},
+    SettingSpec{"bench.warmup", T::kInt, "20", "Untimed warm-up iterations per point", "",
+                0, 10000000},
     SettingSpec{"kernels.threads", T::kInt, "0",
                 "Threads for CPU kernels (matmul, attention, ...) per rank; 0 = all cores",
-                "TRELLIS_KERNEL_THREADS"},
+                "TRELLIS_KERNEL_THREADS",
+                0, kMaxThreads},
     SettingSpec{"model.weights_format", T::kString, "dequant",
                 "GGUF weights stored block-quantised (Q4_1, Q8_0): dequant (to f32/bf16 at load; exact "
                 "stored values, results stable under any layout) or native (kept quantised, multiplied "
@@ -102,33 +133,41 @@ constexpr std::array kSettings = {
     SettingSpec{"run.max_seqs", T::kInt, "32",
                 "Sequences generating at once in `trellis run`, over all p microbatches (each "
                 "microbatch holds max_seqs / p)",
-                "TRELLIS_RUN_MAX_SEQS"},
+                "TRELLIS_RUN_MAX_SEQS",
+                1, 4096},
     SettingSpec{"run.max_context", T::kInt, "512",
                 "Longest sequence (prompt + generated) `trellis run` accepts; sizes each KV slot",
-                "TRELLIS_RUN_MAX_CONTEXT"},
+                "TRELLIS_RUN_MAX_CONTEXT",
+                1, kMaxTokens},
     SettingSpec{"run.kv_budget", T::kSize, "1GiB",
                 "KV-cache memory each rank may reserve for running sequences; requests wait "
                 "when it is full and are rejected when they could never fit",
-                "TRELLIS_RUN_KV_BUDGET"},
+                "TRELLIS_RUN_KV_BUDGET",
+                64 * kKiB, 16 * kTiB},
     SettingSpec{"run.max_iteration_tokens", T::kInt, "4096",
-                "Input tokens one iteration may carry (bounds prefill bursts)", ""},
+                "Input tokens one iteration may carry (bounds prefill bursts)", "",
+                1, kMaxTokens},
     SettingSpec{"run.progress_interval_us", T::kInt, "50",
                 "trellis run: microseconds the engine's progress thread sleeps between passes over its links",
-                "TRELLIS_RUN_PROGRESS_INTERVAL_US"},
+                "TRELLIS_RUN_PROGRESS_INTERVAL_US",
+                0, kSecondUs},
     SettingSpec{"run.progress_idle_us", T::kInt, "1000",
                 "trellis run: longest sleep of the engine's progress thread while no send is in flight "
                 "(it backs off from run.progress_interval_us and wakes when anything is posted); "
                 "set it to run.progress_interval_us for a fixed pace",
-                "TRELLIS_RUN_PROGRESS_IDLE_US"},
+                "TRELLIS_RUN_PROGRESS_IDLE_US",
+                0, kSecondUs},
     SettingSpec{"run.warmup_tokens", T::kInt, "256",
                 "Tokens of the dummy prefill every stage runs at load, before the first request "
                 "(then one decode step); 0: no warm-up",
-                "TRELLIS_RUN_WARMUP_TOKENS"},
+                "TRELLIS_RUN_WARMUP_TOKENS",
+                0, kMaxTokens},
     SettingSpec{"serve.host", T::kString, "127.0.0.1",
                 "Address `trellis serve` binds (default loopback only; 0.0.0.0 for every interface)",
                 "TRELLIS_SERVE_HOST"},
     SettingSpec{"serve.port", T::kInt, "8000", "TCP port of `trellis serve` (0: any free port, logged)",
-                "TRELLIS_SERVE_PORT"},
+                "TRELLIS_SERVE_PORT",
+                0, 65535},
     SettingSpec{"serve.api_key", T::kString, "",
                 "Bearer key every route but /health requires (empty: none); prefer the environment "
                 "variable to a flag, which other users can read in the process list",
@@ -136,25 +175,36 @@ constexpr std::array kSettings = {
     SettingSpec{"serve.max_waiting", T::kInt, "256",
                 "Requests queued beyond the running batch; when full, a request waits up to "
                 "serve.queue_wait_ms for room, then gets 429",
-                "TRELLIS_SERVE_MAX_WAITING"},
+                "TRELLIS_SERVE_MAX_WAITING",
+                0, 1000000},
     SettingSpec{"serve.queue_wait_ms", T::kDurationMs, "2000",
-                "How long a request waits for room in a full queue before the server answers 429", ""},
+                "How long a request waits for room in a full queue before the server answers 429", "",
+                0, kHourMs},
     SettingSpec{"serve.drain_ms", T::kDurationMs, "30000",
-                "On SIGTERM/SIGINT: how long running requests may finish before they are cancelled", ""},
-    SettingSpec{"serve.max_body_bytes", T::kSize, "1MiB", "Largest request body accepted (413 above)", ""},
-    SettingSpec{"serve.max_connections", T::kInt, "64", "Open HTTP connections at most (503 above)", ""},
+                "On SIGTERM/SIGINT: how long running requests may finish before they are cancelled", "",
+                0, kDayMs},
+    SettingSpec{"serve.max_body_bytes", T::kSize, "1MiB", "Largest request body accepted (413 above)", "",
+                kKiB, kGiB},
+    SettingSpec{"serve.max_connections", T::kInt, "64", "Open HTTP connections at most (503 above)", "",
+                1, 65536},
     SettingSpec{"serve.header_timeout_ms", T::kDurationMs, "10000",
-                "A client must send a request's header within this (slow clients are dropped)", ""},
-    SettingSpec{"serve.body_timeout_ms", T::kDurationMs, "30000", "... and its body within this", ""},
+                "A client must send a request's header within this (slow clients are dropped)", "",
+                1, kHourMs},
+    SettingSpec{"serve.body_timeout_ms", T::kDurationMs, "30000", "... and its body within this", "",
+                1, kHourMs},
     SettingSpec{"serve.idle_timeout_ms", T::kDurationMs, "60000",
-                "A keep-alive connection with no request for this long is closed", ""},
+                "A keep-alive connection with no request for this long is closed", "",
+                1, kDayMs},
     SettingSpec{"serve.default_max_tokens", T::kInt, "256",
-                "max_tokens of a request that gives none (capped by the context)", ""},
+                "max_tokens of a request that gives none (capped by the context)", "",
+                1, kMaxTokens},
     SettingSpec{"run.sampler_threads", T::kInt, "2",
                 "CPU sampler threads on the last stage (SiPipe decoupled sampling)",
-                "TRELLIS_RUN_SAMPLER_THREADS"},
+                "TRELLIS_RUN_SAMPLER_THREADS",
+                1, 256},
     SettingSpec{"run.channel_slot_bytes", T::kSize, "1MiB",
-                "Slot size of the in-host scheduling channel (largest scheduling output)", ""},
+                "Slot size of the in-host scheduling channel (largest scheduling output)", "",
+                4 * kKiB, kGiB},
 };
 
 }  // namespace

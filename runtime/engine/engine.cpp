@@ -106,7 +106,7 @@ class Engine {
     // The producer of this host's ring creates it before any thread starts; consumers wait
     // for it to appear (bounded by the deadline).
     if (rank == leader_)
-      ring_out_ = ShmRing::create(ring_name(opt.job, host_), opt.ring_slots, opt.ring_slot_bytes,
+      ring_out_ = ShmRing::create(ring_name(opt, leader_, host_), opt.ring_slots, opt.ring_slot_bytes,
                                   static_cast<std::uint32_t>(host_ranks_));
   }
 
@@ -197,7 +197,7 @@ class Engine {
 bool Engine::take_schedule(ScheduleOutput& out, Lane lane) {
   if (!ring_in_) {
     Tracer::Span span(trace_, lane, TraceCat::kWait, "wait schedule");
-    ring_in_ = ShmRing::open(ring_name(opt_.job, host_), static_cast<std::uint32_t>(consumer_index_), deadline());
+    ring_in_ = ShmRing::open(ring_name(opt_, leader_, host_), static_cast<std::uint32_t>(consumer_index_), deadline());
   }
   auto accept = [&] {
     auto s = deserialize_schedule(msg_, ring_in_->name().c_str());

@@ -131,8 +131,11 @@ void prepare_input(const ScheduleOutput& s, StageInput& in);
 // Waits for a request, polling; names `what` on timeout and stops when the rank failed.
 void wait_request(transport::Request& r, Deadline deadline, const FailureFlag& failed, const std::string& what);
 
-// Host-ring name for host `host` of job `job`.
-std::string ring_name(const std::string& job, int host);
+// Name of host `host`'s scheduling ring in job `opt.job`, created by world rank `leader`.
+// It carries the leader's pid (core/shm_names.hpp) so that a later start can remove it if
+// the job dies before every consumer attached; the leader's pid is opt.host_pids[leader],
+// or this process's when the engine runs every rank in one process (tests).
+std::string ring_name(const EngineOptions& opt, int leader, int host);
 
 // The sampling side of the last stage: p penalty states, the sampler pool, the column-wise
 // logits buffer whose row blocks receive the TP shards. Used by the sampler thread

@@ -4,8 +4,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -19,27 +24,13 @@
 namespace trellis::runtime {
 namespace {
 
-// Rank 0 reads the workload; a bad file becomes the same error on every rank.
-std::vector<Request> load_workload(transport::Bootstrap& world, const GenerateOptions& o, int vocab, Deadline dl,
-                                   std::string& source, std::optional<Tokenizer>& tokenizer) {
-  Workload w;
+// Runs `fn` on rank 0; an error there becomes the same kInvalidArgument on every rank.
+template <typename Fn>
+void on_root_agreed(transport::Bootstrap& world, Deadline dl, Fn&& fn) {
   std::string err;
   if (world.rank() == 0) {
     try {
-      // Text prompts through the model's own tokenizer (GGUF), else the byte tokenizer.
-      if (!o.prompts.empty() || !o.prompt.empty()) tokenizer = Tokenizer::for_model(o.model_dir);
-      const TextOptions text{tokenizer ? &*tokenizer : nullptr, o.chat};
-      if (!o.prompts.empty()) {
-        w = read_prompts(o.prompts, vocab, text);
-      } else if (!o.prompt.empty()) {
-        // One prompt from the command line, as the one-line prompts file it stands for.
-        std::istringstream line(nlohmann::json({{"id", "prompt"}, {"text", o.prompt}}).dump());
-        w = parse_prompts(line, "--prompt", vocab, text);
-      } else {
-        w = make_synthetic(parse_synthetic_spec(o.workload, "--workload"), vocab);
-      }
-      if (o.max_tokens > 0)
-        for (auto& r : w.requests) r.sampling.max_tokens = o.max_tokens;
+      fn();
     } catch (const Error& e) {
       err = e.what();
     }
@@ -49,24 +40,78 @@ std::vector<Request> load_workload(transport::Bootstrap& world, const GenerateOp
   world.broadcast(b, 0, dl);
   if (!b.empty())
     throw Error(ErrorCode::kInvalidArgument, std::string(reinterpret_cast<const char*>(b.data()), b.size()));
+}
+
+// Rank 0 reads the workload; a bad file becomes the same error on every rank.
+std::vector<Request> load_workload(transport::Bootstrap& world, const GenerateOptions& o, int vocab, Deadline dl,
+                                   std::string& source, std::optional<Tokenizer>& tokenizer) {
+  Workload w;
+  on_root_agreed(world, dl, [&] {
+    // Text prompts through the model's own tokenizer (GGUF), else the byte tokenizer.
+    if (!o.prompts.empty() || !o.prompt.empty()) tokenizer = Tokenizer::for_model(o.model_dir);
+    const TextOptions text{tokenizer ? &*tokenizer : nullptr, o.chat};
+    if (!o.prompts.empty()) {
+      w = read_prompts(o.prompts, vocab, text);
+    } else if (!o.prompt.empty()) {
+      // One prompt from the command line, as the one-line prompts file it stands for.
+      std::istringstream line(nlohmann::json({{"id", "prompt"}, {"text", o.prompt}}).dump());
+      w = parse_prompts(line, "--prompt", vocab, text);
+    } else {
+      w = make_synthetic(parse_synthetic_spec(o.workload, "--workload"), vocab);
+    }
+    if (o.max_tokens > 0)
+      for (auto& r : w.requests) r.sampling.max_tokens = o.max_tokens;
+  });
   source = w.source;
   return std::move(w.requests);
 }
 
-void write_outputs(const std::string& path, const std::vector<Request>& reqs, const std::vector<RequestResult>& res,
-                   const TextOptions& text) {
-  std::ofstream f(path);
-  if (!f) throw_error(ErrorCode::kIo, "--out {}: cannot be written", path);
-  for (const auto& r : res) {
-    const auto& q = reqs[static_cast<std::size_t>(r.id)];
+// `--out`: one JSON line per request. Lines are written and flushed as requests end (on
+// rank 0's scheduler thread, EngineOptions::on_finished), so what finished survives a rank
+// that dies later; a run that completes rewrites the file in request order, which runs at
+// different layouts compare line by line. A write that fails is reported once and the run
+// goes on (the answers are still in the summary).
+class OutWriter {
+ public:
+  OutWriter(std::string path, TextOptions text) : path_(std::move(path)), text_(text), f_(path_) {
+    if (!f_) throw_error(ErrorCode::kIo, "--out {}: cannot be written", path_);
+  }
+  void write(const Request& q, const RequestResult& r) {
+    if (!f_) return;
+    f_ << line(q, r) << "\n" << std::flush;
+    if (f_) written_.fetch_add(1);
+    else spdlog::error("--out {}: writing failed; the remaining answers are not written", path_);
+  }
+  // After a complete run: the same lines, in request order, replacing the file at once.
+  void rewrite_in_order(const std::vector<Request>& reqs, const std::vector<RequestResult>& res) {
+    f_.close();
+    if (!std::filesystem::is_regular_file(path_)) return;  // a pipe, /dev/stdout: as written
+    const std::string tmp = path_ + ".tmp";
+    {
+      std::ofstream f(tmp);
+      for (const auto& r : res) f << line(reqs[static_cast<std::size_t>(r.id)], r) << "\n";
+      if (!f.flush()) throw_error(ErrorCode::kIo, "--out {}: cannot be written", tmp);
+    }
+    if (std::rename(tmp.c_str(), path_.c_str()) != 0)
+      throw_error(ErrorCode::kIo, "--out {}: cannot replace it with {}: {}", path_, tmp, std::strerror(errno));
+    written_ = res.size();
+  }
+  std::size_t written() const { return written_.load(); }
+
+ private:
+  std::string line(const Request& q, const RequestResult& r) const {
     nlohmann::json j = {{"id", q.name},
                         {"status", r.status == RequestStatus::kFinished ? "ok" : "failed"},
                         {"reason", r.reason},
                         {"tokens", r.output}};
-    if (q.from_text) j["text"] = decode_text(r.output, text);
-    f << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (q.from_text) j["text"] = decode_text(r.output, text_);
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
-}
+  std::string path_;
+  TextOptions text_;
+  std::ofstream f_;
+  std::atomic<std::size_t> written_{0};
+};
 
 struct PackedShares {
   double busy, comm, wait, wall;
@@ -88,12 +133,26 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   std::string source;
   std::optional<Tokenizer> tokenizer;  // rank 0: decodes text outputs
   auto requests = load_workload(world, o, static_cast<int>(cfg.vocab_size), setup, source, tokenizer);
+  const TextOptions text{tokenizer ? &*tokenizer : nullptr, o.chat};
+  std::unique_ptr<OutWriter> out;
+  if (!o.out.empty()) {
+    on_root_agreed(world, setup, [&] { out = std::make_unique<OutWriter>(o.out, text); });
+    if (out) eo.on_finished = [&out](const Request& q, const RequestResult& r) { out->write(q, r); };
+  }
   if (me == 0)
     spdlog::info("trellis run: pp={} tp={} model {} ({} layers, hidden {}), {} requests, KV budget {} positions/rank",
                  o.pp, o.tp, o.model_dir.empty() ? "preset " + o.preset : o.model_dir, cfg.num_layers, cfg.hidden_size,
                  requests.size(), eo.scheduler.kv_budget_tokens);
   world.barrier(setup);
-  auto result = run_engine(me, grid, *job->links, *job->stage, requests, eo, tracer);
+  EngineResult result;
+  try {
+    result = run_engine(me, grid, *job->links, *job->stage, requests, eo, tracer);
+  } catch (...) {
+    if (out)
+      spdlog::error("--out {}: {} of {} requests were written before the run failed", o.out, out->written(),
+                    requests.size());
+    throw;
+  }
   // Gather the shares and the traces on rank 0.
   auto post = Deadline::after(eo.deadline);
   startup.connect_s = world.max(startup.connect_s, post);
@@ -136,10 +195,12 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
     write_chrome_trace(o.trace, labels, evs);
     s.trace_path = o.trace;
   }
-  if (!o.out.empty()) write_outputs(o.out, requests, result.results, {tokenizer ? &*tokenizer : nullptr, o.chat});
+  if (out) {
+    out->rewrite_in_order(requests, result.results);
+    rep.out_written = out->written();
+  }
   for (const auto& r : result.results)
-    if (requests[static_cast<std::size_t>(r.id)].from_text)
-      rep.texts.push_back(decode_text(r.output, {tokenizer ? &*tokenizer : nullptr, o.chat}));
+    if (requests[static_cast<std::size_t>(r.id)].from_text) rep.texts.push_back(decode_text(r.output, text));
   return rep;
 }
 

@@ -1,6 +1,9 @@
+#include <unistd.h>
+
 #include <cstring>
 
 #include "engine_internal.hpp"
+#include "trellis/core/shm_names.hpp"
 
 namespace trellis::runtime::detail {
 
@@ -47,7 +50,11 @@ void wait_request(transport::Request& r, Deadline deadline, const FailureFlag& f
   }
 }
 
-std::string ring_name(const std::string& job, int host) { return fmt::format("/trellis-{}-sched-h{}", job, host); }
+std::string ring_name(const EngineOptions& opt, int leader, int host) {
+  const auto l = static_cast<std::size_t>(leader);
+  const std::int64_t pid = l < opt.host_pids.size() && opt.host_pids[l] > 0 ? opt.host_pids[l] : ::getpid();
+  return shm_name(pid, fmt::format("{}-sched-h{}", opt.job, host));
+}
 
 SamplerStage::SamplerStage(int rank, const EngineGrid& grid, transport::Link* const* shard_links, int vocab,
                            int max_cols, int threads, const EngineOptions& opt, const FailureFlag& failed,

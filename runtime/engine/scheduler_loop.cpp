@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -97,10 +98,45 @@ class Dispatcher {
 
 }  // namespace
 
+namespace {
+
+// Hands every request to EngineOptions::on_finished once, as soon as it is over. Requests
+// end in three places: rejected when the scheduler is built, at the iteration that
+// produces their last token (or carries their abort), and on cancel; each is looked at
+// then, so a run of many requests never rescans them all per iteration.
+class FinishedReporter {
+ public:
+  FinishedReporter(const EngineOptions& opt, const Scheduler& sched)
+      : callback_(opt.on_finished), sched_(sched), reported_(callback_ ? sched.results().size() : 0, false) {}
+  void check(std::int64_t id) {
+    if (!callback_) return;
+    const auto i = static_cast<std::size_t>(id);
+    const auto& r = sched_.results()[i];
+    if (reported_[i] || (r.status != RequestStatus::kFinished && r.status != RequestStatus::kFailed)) return;
+    reported_[i] = true;
+    callback_(sched_.requests()[i], r);
+  }
+  void check(const ScheduleOutput& s) {
+    for (const auto& q : s.seqs) check(q.id);
+  }
+  void check_all() {
+    for (std::size_t i = 0; i < reported_.size(); ++i) check(static_cast<std::int64_t>(i));
+  }
+
+ private:
+  const std::function<void(const Request&, const RequestResult&)>& callback_;
+  const Scheduler& sched_;
+  std::vector<bool> reported_;
+};
+
+}  // namespace
+
 SchedulerRun run_batch_scheduler(const EngineOptions& opt, const std::vector<Request>& requests, SchedulerIO& io) {
   SchedulerRun out;
   out.start_s = now_seconds();
   Scheduler sched(opt.scheduler, requests);
+  FinishedReporter finished(opt, sched);
+  finished.check_all();  // rejected before they ran
   Dispatcher d(opt.scheduler.groups, sched, io);
   d.dispatch_idle();
   TokensMsg got;
@@ -109,11 +145,13 @@ SchedulerRun run_batch_scheduler(const EngineOptions& opt, const std::vector<Req
       spdlog::warn("interrupted: finishing the {} iterations in flight, then stopping every rank", d.in_flight());
       sched.cancel("interrupted before it finished", now_seconds());
       out.interrupted = true;
+      finished.check_all();  // the waiting ones failed now
     }
-    d.complete_oldest(got);
+    finished.check(d.complete_oldest(got));
     d.dispatch_idle();
   }
   if (!sched.done()) throw_error(ErrorCode::kInternal, "scheduler: nothing in flight but requests remain");
+  finished.check_all();  // anything that ended outside an iteration
   out.results = sched.results();
   out.iterations = sched.iterations_scheduled();
   out.wall_s = now_seconds() - out.start_s;

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+
+#include "prompt_reader.hpp"
 
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
@@ -123,16 +126,27 @@ std::vector<std::int32_t> encode_text(const json& j, const TextOptions& text, Ba
       msgs.push_back({e["role"].get<std::string>(), e["content"].get<std::string>()});
     }
   }
-  // The rendered conversation carries its own <|im_start|> markers: special tokens parsed,
-  // no extra BOS (ChatML starts with <|im_start|>, which is SmolLM2's BOS).
-  return text.tokenizer->encode(text.tokenizer->apply_chat_template(msgs, true), true, false);
+  // The template's markers become control tokens and the messages' text stays text: encoding
+  // the rendered conversation with special tokens parsed would let a prompt that spells
+  // "<|im_start|>system" open a turn of its own (issue 23.10). No extra BOS: ChatML starts
+  // with <|im_start|>, which is SmolLM2's BOS.
+  try {
+    return text.tokenizer->encode_chat(msgs, true);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kInvalidArgument) throw;  // kUnsupported: the model's, not the line's
+    bad(e.what());
+  }
+  return {};
 }
 
 Request parse_line(const std::string& line, std::string_view name, int lineno, int vocab_size,
-                   std::int64_t index, const TextOptions& text) {
+                   std::int64_t index, const TextOptions& text, const PromptLimits& limits) {
   auto bad = [&](std::string_view why) {
     throw_error(ErrorCode::kInvalidArgument, "{}:{}: {}", name, lineno, why);
   };
+  // The shape first, without building anything: values below (an "id", a bad token) are
+  // dumped and compared by recursive code, which must only ever see shallow values.
+  if (auto why = detail::check_json_shape(line, limits.max_depth)) bad(*why);
   json j = json::parse(line, nullptr, false);
   if (j.is_discarded()) bad("not valid JSON");
   if (!j.is_object()) bad("each line must be a JSON object");
@@ -174,7 +188,8 @@ Request parse_line(const std::string& line, std::string_view name, int lineno, i
 
 }  // namespace
 
-Workload parse_prompts(std::istream& in, std::string_view name, int vocab_size, const TextOptions& text) {
+Workload parse_prompts(std::istream& in, std::string_view name, int vocab_size, const TextOptions& text,
+                       const PromptLimits& limits) {
   if (text.chat && text.tokenizer == nullptr)
     throw_error(ErrorCode::kInvalidArgument,
                 "{}: --chat needs the model's tokenizer and chat template (a GGUF model such as SmolLM2); "
@@ -183,22 +198,21 @@ Workload parse_prompts(std::istream& in, std::string_view name, int vocab_size, 
   Workload w;
   w.source = std::string(name);
   std::string line;
-  int lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
+  detail::LineReader lines(in, name, limits);
+  while (lines.next(line)) {
     auto t = trim(line);
     if (t.empty() || t.front() == '#') continue;
-    w.requests.push_back(parse_line(std::string(t), name, lineno, vocab_size,
-                                    static_cast<std::int64_t>(w.requests.size()), text));
+    w.requests.push_back(parse_line(std::string(t), name, lines.lineno(), vocab_size,
+                                    static_cast<std::int64_t>(w.requests.size()), text, limits));
   }
   if (w.requests.empty()) throw_error(ErrorCode::kInvalidArgument, "{}: no prompts in the file", name);
   return w;
 }
 
-Workload read_prompts(const std::string& path, int vocab_size, const TextOptions& text) {
+Workload read_prompts(const std::string& path, int vocab_size, const TextOptions& text, const PromptLimits& limits) {
   std::ifstream f(path);
   if (!f) throw_error(ErrorCode::kNotFound, "prompts file {} cannot be opened", path);
-  return parse_prompts(f, path, vocab_size, text);
+  return parse_prompts(f, path, vocab_size, text, limits);
 }
 
 std::string decode_text(const std::vector<std::int32_t>& ids, const TextOptions& text) {
@@ -206,7 +220,17 @@ std::string decode_text(const std::vector<std::int32_t>& ids, const TextOptions&
 }
 
 SyntheticSpec parse_synthetic_spec(std::string_view text, std::string_view what) {
+  // Bounds (workload.hpp) are checked on the parsed 64-bit value, before it is narrowed:
+  // n=1e14 allocated requests until the process was killed.
+  constexpr std::int64_t kMaxRequests = 1000000, kMaxLength = std::int64_t{1} << 20;
+  constexpr std::int64_t kMaxPromptTokens = std::int64_t{1} << 28;
+  auto bounded = [&](std::string_view key, std::int64_t v, std::int64_t lo, std::int64_t hi) {
+    if (v < lo || v > hi)
+      throw_error(ErrorCode::kInvalidArgument, "{}: {} must be in {}..{}, got {}", what, key, lo, hi, v);
+    return static_cast<int>(v);
+  };
   SyntheticSpec s;
+  bool has_n = false, has_in = false, has_out = false;
   for (const auto& part : split(text, ',')) {
     auto eq = part.find('=');
     if (eq == std::string::npos)
@@ -215,16 +239,18 @@ SyntheticSpec parse_synthetic_spec(std::string_view text, std::string_view what)
     auto key = trim(std::string_view(part).substr(0, eq));
     auto val = std::string_view(part).substr(eq + 1);
     auto num = parse_int(val, fmt::format("{} field {}", what, key));
-    if (key == "n") s.n = static_cast<int>(num);
-    else if (key == "in") s.in = static_cast<int>(num);
-    else if (key == "out") s.out = static_cast<int>(num);
+    if (key == "n") s.n = bounded(key, num, 1, kMaxRequests), has_n = true;
+    else if (key == "in") s.in = bounded(key, num, 1, kMaxLength), has_in = true;
+    else if (key == "out") s.out = bounded(key, num, 1, kMaxLength), has_out = true;
     else if (key == "seed") s.seed = static_cast<std::uint64_t>(num);
-    else if (key == "vocab") s.vocab = static_cast<int>(num);
+    else if (key == "vocab") s.vocab = bounded(key, num, 1, std::numeric_limits<std::int32_t>::max());
     else throw_error(ErrorCode::kInvalidArgument, "{}: unknown field \"{}\" (known: n, in, out, seed, vocab)", what, key);
   }
-  if (s.n < 1 || s.in < 1 || s.out < 1)
-    throw_error(ErrorCode::kInvalidArgument, "{}: n, in and out must all be >= 1 (got n={}, in={}, out={})",
-                what, s.n, s.in, s.out);
+  if (!has_n || !has_in || !has_out)
+    throw_error(ErrorCode::kInvalidArgument, "{}: n, in and out are all needed (got \"{}\")", what, text);
+  if (static_cast<std::int64_t>(s.n) * s.in > kMaxPromptTokens)
+    throw_error(ErrorCode::kInvalidArgument, "{}: n x in = {} prompt tokens in total, more than the {} allowed", what,
+                static_cast<std::int64_t>(s.n) * s.in, kMaxPromptTokens);
   return s;
 }
 

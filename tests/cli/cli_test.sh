@@ -33,7 +33,33 @@ check "bad size flag names flag"       1 "--max-size"            -- "$T" bench r
 check "run --prompt prints the answer" 0 "answer:"              -- "$T" run --preset tiny --prompt "hello" --max-tokens 3
 check "run --chat needs a prompt"      2 "--chat needs text prompts" -- "$T" run --preset tiny --chat
 check "run --max-tokens must be > 0"   2 "--max-tokens"          -- "$T" run --preset tiny --prompt hi --max-tokens 0
-check "serve: bad port named"          1 "serve.port"            -- "$T" serve --preset tiny --port 70000
+check "serve: bad port named"          2 "serve.port"            -- "$T" serve --preset tiny --port 70000
+# Every numeric setting has a range, checked when it is set (flag, --set or environment):
+# exit 2 and the range in the message (issue 23.5). Memory and time are capped so that a
+# regression (threads until fork fails, a server that starts) fails here instead of hanging.
+CAP=(timeout -s KILL 30 bash -c 'ulimit -v 4000000; exec "$@"' capped)
+check "--set threads out of range"     2 "0..1024"               -- "${CAP[@]}" "$T" --set kernels.threads=100000 run --preset tiny --prompt hi --max-tokens 1
+check "env threads out of range"       2 "TRELLIS_KERNEL_THREADS" -- env TRELLIS_KERNEL_THREADS=100000 "$T" info
+check "--sampler-threads out of range" 2 "1..256"                -- "${CAP[@]}" "$T" run --preset tiny --prompt hi --max-tokens 1 --sampler-threads 100000
+check "--max-seqs 0 refused"           2 "run.max_seqs"          -- "${CAP[@]}" "$T" run --preset tiny --prompt hi --max-seqs 0
+check "--max-context 0 refused"        2 "run.max_context"       -- "${CAP[@]}" "$T" run --preset tiny --prompt hi --max-context 0
+check "--kv-budget 0 refused"          2 "run.kv_budget"         -- "${CAP[@]}" "$T" run --preset tiny --prompt hi --kv-budget 0
+check "serve.* settings have ranges"   2 "1..65536"              -- "${CAP[@]}" "$T" --set serve.max_connections=0 serve --preset tiny
+check "serve --max-seqs 0 refused"     2 "run.max_seqs"          -- "${CAP[@]}" "$T" serve --preset tiny --max-seqs 0
+check "--workload n is bounded"        2 "n must be in 1..1000000" -- "${CAP[@]}" "$T" run --preset tiny --workload n=100000000000000,in=1,out=1
+check "info --config shows ranges"     0 "0..1024"               -- "$T" info --config
+# Shared memory of a dead job (issue 23.6): `trellis info` lists a segment whose creator is
+# gone; the next start of any other command removes it. The name follows core/shm_names.hpp:
+# /trellis-<creator pid>-<pid namespace, hex>-<what>.
+( exit 0 ) & dead=$!; wait $dead
+ns=$(printf '%x' "$(stat -L -c %i /proc/self/ns/pid)")
+leftover="trellis-$dead-$ns-clitest-$$"
+: > "/dev/shm/$leftover"
+check "info lists a dead job's segment" 0 "$leftover"            -- "$T" info
+[ -e "/dev/shm/$leftover" ] && echo "ok   info leaves it in place" || { echo "FAIL info removed $leftover"; fails=$((fails+1)); }
+check "run starts with a sweep"        0 "answer:"               -- "$T" run --preset tiny --prompt hi --max-tokens 1
+if [ -e "/dev/shm/$leftover" ]; then echo "FAIL the run left $leftover of dead pid $dead"; rm -f "/dev/shm/$leftover"; fails=$((fails+1))
+else echo "ok   the run removed the dead job's segment"; fi
 # Slurm's variables without a Slurm (the real thing: tests/multihost/slurm_2x2.sh).
 NOMPI=(env -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMI_RANK -u PMI_SIZE -u PMI_FD SLURM_JOB_ID=7 SLURM_CLUSTER_NAME=c)
 SRUN4=("${NOMPI[@]}" SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=4 SLURM_STEP_NUM_NODES=2 SLURM_STEP_NODELIST="n[1-2]")

@@ -3,6 +3,7 @@
 #  1. kill -9 of rank 2 mid-run: the job exits non-zero within the deadline and the output
 #     names rank 2; under --enable-recovery (survivors left alive by mpirun) the first
 #     report of trellis's own names the dead rank, for ranks 1, 2 and 3;
+#  1c. --out keeps the answers that finished before a rank died (written as they end);
 #  2. SIGINT to mpirun (Ctrl-C): every rank stops cleanly (summary printed, "stopped
 #     cleanly", nobody killed), well before the run would have ended.
 #   run_faults.sh TRELLIS MPIEXEC [MPI FLAGS...]
@@ -71,6 +72,34 @@ for v in 1 2 3; do
   grep -q "rank $v (pid" <<<"$first" || fail "the first report does not name rank $v as dead: $first"
   echo "ok: with --enable-recovery, the first report (${took}s) names rank $v: $first"
 done
+
+# 1c. Answers that finished before a rank died stay in --out (issue 23.7): each request's
+# line is written and flushed as it ends, not when the run ends, and rank 0 says how many
+# it wrote. --enable-recovery keeps rank 0 alive to say so (plain mpirun kills it at once).
+"${MPI[@]}" -np 4 --enable-recovery "$T" --set comm.deadline_ms=5000 run --pp 2 --tp 2 \
+  --workload n=200000,in=8,out=8 --max-context 64 --out "$W/out.jsonl" > "$W/log" 2>&1 &
+PID=$!
+wait_started || fail "the run did not start"
+lines() { if [ -f "$W/out.jsonl" ]; then wc -l < "$W/out.jsonl"; else echo 0; fi; }
+for _ in $(seq 1 300); do [ "$(lines)" -ge 8 ] && break; kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+[ "$(lines)" -ge 8 ] || fail "no answer in --out 30 s into the run: it is written only at the end"
+victim=$(rank_pid 3)
+[ -n "$victim" ] || fail "cannot find rank 3's process"
+kill -9 "$victim"
+for _ in $(seq 1 300); do grep -q "before the run failed" "$W/log" && break; kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+sleep 0.5
+kill -9 "$PID" 2>/dev/null; pkill -9 -P "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; PID=
+said=$(grep -o "[0-9]* of 200000 requests were written before the run failed" "$W/log" | head -1)
+[ -n "$said" ] || fail "rank 0 did not say how many answers it wrote"
+n=$(lines)
+[ "${said%% *}" = "$n" ] || fail "rank 0 says '$said' but --out has $n lines"
+/usr/bin/python3 - "$W/out.jsonl" <<'PY' || fail "--out holds a line that is not a whole answer"
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    assert j["status"] == "ok" and len(j["tokens"]) == 8, line
+PY
+echo "ok: rank 3 killed after $n answers -> all $n are in --out, and rank 0 said so"
 
 # 2. Ctrl-C.
 "${MPI[@]}" -np 4 "$T" "${LONG[@]}" > "$W/log" 2>&1 &

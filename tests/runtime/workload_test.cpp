@@ -119,3 +119,51 @@ TEST(Workload, SyntheticSpec) {
   EXPECT_THROW(parse_synthetic_spec("n=5,in=7,out=3,x=1", "--workload"), Error);
   EXPECT_THROW(parse_synthetic_spec("n=5,in=seven,out=3", "--workload"), Error);
 }
+
+// Issue 23.4: deeply nested values in a prompts file (untrusted input) crashed every rank
+// (recursion in the JSON library). They are refused naming the file, line and field.
+TEST(Workload, DeeplyNestedJsonIsRejectedNamingLineAndField) {
+  const std::string open(100000, '['), close(100000, ']');
+  const auto tokens = error_of("{\"tokens\": [1]}\n{\"tokens\":" + open + close + "}\n");
+  EXPECT_NE(tokens.find("p.jsonl:2:"), std::string::npos) << tokens;
+  EXPECT_NE(tokens.find("\"tokens\""), std::string::npos) << tokens;
+  EXPECT_NE(tokens.find("nested deeper than"), std::string::npos) << tokens;
+  const auto id = error_of("{\"text\": \"x\", \"id\":" + open + close + "}\n");
+  EXPECT_NE(id.find("p.jsonl:1:"), std::string::npos) << id;
+  EXPECT_NE(id.find("\"id\""), std::string::npos) << id;
+  std::string objects_line = "{\"tokens\": [1], \"sampling\": ";
+  for (int i = 0; i < 50000; ++i) objects_line += "{\"a\":";
+  objects_line += "1" + std::string(50000, '}') + "}\n";
+  const auto objects = error_of(objects_line);
+  EXPECT_NE(objects.find("\"sampling\""), std::string::npos) << objects;
+  // Ordinary nesting (messages: object > list > object) stays fine.
+  EXPECT_EQ(parse("{\"id\": {\"a\": [[1, {\"b\": [2]}]]}, \"tokens\": [1]}\n").requests.at(0).name,
+            "{\"a\":[[1,{\"b\":[2]}]]}");
+}
+
+// A line longer than the cap (16 MiB) is refused before it is parsed, naming the line.
+TEST(Workload, OverlongLineIsRejected) {
+  std::string line = "{\"tokens\": [1";
+  while (line.size() < (17u << 20)) line += ",1";
+  const auto e = error_of("{\"tokens\": [1]}\n" + line + "]}\n");
+  EXPECT_NE(e.find("p.jsonl:2:"), std::string::npos) << e.substr(0, 200);
+  EXPECT_NE(e.find("16 MiB"), std::string::npos) << e.substr(0, 200);
+}
+
+// Synthetic specs are bounded too: n=1e14 allocated until the process was killed.
+TEST(Workload, SyntheticSpecIsBounded) {
+  auto message = [](std::string_view spec) {
+    try {
+      parse_synthetic_spec(spec, "--workload");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message("n=100000000000000,in=1,out=1").find("n must be in 1..1000000"), std::string::npos);
+  EXPECT_NE(message("n=4294967297,in=1,out=1").find("--workload"), std::string::npos);  // not truncated to 1
+  EXPECT_NE(message("n=1,in=100000000,out=1").find("in must be in"), std::string::npos);
+  EXPECT_NE(message("n=1,in=1,out=-5").find("out must be in"), std::string::npos);
+  EXPECT_NE(message("n=1000000,in=1000000,out=1").find("tokens"), std::string::npos);  // n x in in total
+  EXPECT_EQ(message("n=1000,in=128,out=128"), "accepted");
+}

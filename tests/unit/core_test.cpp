@@ -1,5 +1,11 @@
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -9,6 +15,7 @@
 #include "trellis/core/error.hpp"
 #include "trellis/core/half.hpp"
 #include "trellis/core/log.hpp"
+#include "trellis/core/shm_names.hpp"
 #include "trellis/core/strings.hpp"
 
 namespace trellis {
@@ -123,6 +130,85 @@ TEST(Config, SetValidatesTypeAndNamesOrigin) {
   EXPECT_EQ(c.get_duration("comm.deadline_ms"), Millis(1500)) << "a rejected value must not be stored";
   EXPECT_THROW(c.set("no.such.setting", "1", SettingSource::kFlag), Error);
   EXPECT_THROW(c.get_int("log.level"), Error) << "reading a string setting as int is a bug";
+}
+
+// Issue 23.5: a value outside a numeric setting's range is refused when it is set, and the
+// error names the origin and quotes the range (a thread count of 100000 spawned threads until
+// the machine could not fork; a size of 0 or a timeout of 0 broke the run much later).
+TEST(Config, NumericSettingsRejectValuesOutsideTheirRange) {
+  Config c;
+  auto error_of = [&](std::string_view name, std::string_view value, std::string_view origin) {
+    try {
+      c.set(name, value, SettingSource::kFlag, origin);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const auto threads = error_of("kernels.threads", "100000", "--set kernels.threads=100000");
+  EXPECT_NE(threads.find("--set kernels.threads=100000"), std::string::npos) << threads;
+  EXPECT_NE(threads.find("0..1024"), std::string::npos) << threads;
+  EXPECT_NE(error_of("run.sampler_threads", "100000", "--sampler-threads").find("1..256"), std::string::npos);
+  EXPECT_NE(error_of("run.max_seqs", "0", "--max-seqs").find("1..4096"), std::string::npos);
+  EXPECT_NE(error_of("run.max_context", "0", "--max-context").find("run.max_context"), std::string::npos);
+  EXPECT_NE(error_of("serve.port", "70000", "--port").find("0..65535"), std::string::npos);
+  EXPECT_NE(error_of("serve.max_connections", "0", "x").find("1..65536"), std::string::npos);
+  EXPECT_NE(error_of("comm.deadline_ms", "0", "TRELLIS_DEADLINE_MS").find("TRELLIS_DEADLINE_MS"), std::string::npos);
+  // Sizes quote their range in binary units.
+  EXPECT_NE(error_of("comm.shm.ring_bytes", "1TiB", "x").find("64KiB..1GiB"), std::string::npos);
+  EXPECT_NE(error_of("run.kv_budget", "0", "--kv-budget").find("run.kv_budget"), std::string::npos);
+  EXPECT_EQ(c.get_int("kernels.threads"), 0) << "a rejected value must not be stored";
+  EXPECT_EQ(error_of("kernels.threads", "1024", "x"), "accepted");
+  EXPECT_EQ(error_of("serve.port", "0", "x"), "accepted");
+}
+
+// Every numeric setting declares a range that holds its default (SettingSpec::min/max).
+TEST(Config, EveryNumericSettingHasARangeHoldingItsDefault) {
+  for (const auto& s : all_settings()) {
+    if (!s.numeric()) continue;
+    EXPECT_LT(s.min, s.max) << s.name << " declares no range";
+    EXPECT_GE(s.min, 0) << s.name;
+  }
+}
+
+// Issue 23.6: a segment whose creator was killed before it could unlink it is listed as
+// stale and removed by the sweep every start runs; a live creator's segment is left alone.
+TEST(ShmNames, SweepRemovesTheSegmentOfAKilledCreator) {
+  const std::string what = fmt::format("coretest-{}", ::getpid());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int fd = ::shm_open(shm_name(what).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 || ::ftruncate(fd, 4096) != 0) ::_exit(1);
+    ::raise(SIGKILL);  // dies holding the name, as a rank killed during set-up does
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child could not create its segment";
+  const std::string dead = shm_name(child, what);
+  const std::string live = shm_name(what + "-live");
+  const int fd = ::shm_open(live.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  auto find = [](const std::vector<ShmSegmentInfo>& v, const std::string& name) {
+    return std::find_if(v.begin(), v.end(), [&](const auto& s) { return s.name == name; });
+  };
+  const auto listed = list_shm_segments();
+  ASSERT_NE(find(listed, dead), listed.end()) << dead;
+  EXPECT_TRUE(find(listed, dead)->stale);
+  EXPECT_EQ(find(listed, dead)->pid, child);
+  EXPECT_EQ(find(listed, dead)->bytes, 4096u);
+  ASSERT_NE(find(listed, live), listed.end());
+  EXPECT_FALSE(find(listed, live)->stale);
+  const auto removed = sweep_stale_shm_segments();
+  EXPECT_NE(find(removed, dead), removed.end());
+  EXPECT_EQ(find(removed, live), removed.end());
+  EXPECT_LT(::shm_open(dead.c_str(), O_RDWR, 0), 0) << "the dead creator's segment is still there";
+  const int still = ::shm_open(live.c_str(), O_RDWR, 0);
+  EXPECT_GE(still, 0) << "the live segment was removed";
+  if (still >= 0) ::close(still);
+  ::shm_unlink(live.c_str());
 }
 
 TEST(Deadline, ExpiresAndReportsRemaining) {

@@ -33,6 +33,7 @@
 #include "src/collectives/shm_sync.hpp"
 #include "src/collectives/shm_window.hpp"
 #include "trellis/core/error.hpp"
+#include "trellis/core/shm_names.hpp"
 #include "trellis/transport/bootstrap.hpp"
 
 namespace trellis::transport::detail::shm {
@@ -445,7 +446,9 @@ std::unique_ptr<Group> make_shm_group(Bootstrap& world, const std::vector<int>& 
   std::unique_ptr<ShmSegment> seg;
   std::string error, name;
   if (my_index == 0) {
-    name = fmt::format("/trellis-coll-{}-{}", getpid(), g_segment_counter++);
+    // The leader's pid in the name (core/shm_names.hpp): a group whose set-up is killed
+    // leaves a name the next start sweeps. Windows add "-w<k>" (shm_window.cpp).
+    name = shm_name(fmt::format("coll{}", g_segment_counter++));
     try {
       seg = create_segment(name, bytes, shape);
     } catch (const Error& e) {

@@ -27,6 +27,16 @@ struct SettingSpec {
   std::string_view default_value;  // as text, parsed with the type's parser
   std::string_view description;
   std::string_view env;            // environment variable, or empty
+  // Inclusive range of a numeric setting (int, size in bytes, ms), checked by Config::set
+  // whatever the source (flag, --set, environment) and quoted in the error. Every numeric
+  // row declares one: an unbounded thread count or size is how a typo takes a machine
+  // down (issue 23.5). Ignored for bool and string settings.
+  std::int64_t min = 0;
+  std::int64_t max = 0;
+
+  bool numeric() const { return type != SettingType::kBool && type != SettingType::kString; }
+  // "0..1024", or for sizes "64KiB..1GiB".
+  std::string range_text() const;
 };
 
 // All declared settings, in table order.
@@ -42,9 +52,10 @@ class Config {
   // Starts with every setting at its default.
   Config();
 
-  // Sets a value from text; throws ErrorCode::kInvalidArgument if the name is unknown or the
-  // text does not parse as the setting's type. `origin` (e.g. "--log-level" or
-  // "TRELLIS_LOG_LEVEL") is quoted in that error.
+  // Sets a value from text; throws ErrorCode::kInvalidArgument if the name is unknown, the
+  // text does not parse as the setting's type, or a numeric value is outside the setting's
+  // range (the error quotes it). `origin` (e.g. "--log-level" or "TRELLIS_LOG_LEVEL") is
+  // quoted in that error; a rejected value leaves the old one in place.
   void set(std::string_view name, std::string_view value, SettingSource source,
            std::string_view origin = {});
 

@@ -3,8 +3,8 @@
 // one 64-byte record written by the sender and read by the receiver, no system call.
 //
 // Segment names carry the job token, so two jobs on one host never open each other's
-// segments; the segment is unlinked as soon as both sides mapped it, so a crash leaves
-// nothing behind in /dev/shm. A peer that dies is noticed by its pid (the rings cannot
+// segments, and the creator's pid; the segment is unlinked as soon as both sides mapped it,
+// and a job killed before that leaves a name the next start sweeps (core/shm_names.hpp). A peer that dies is noticed by its pid (the rings cannot
 // report it) and turns waits on that link into kPeerFailed naming the rank.
 #include <fcntl.h>
 #include <signal.h>
@@ -22,6 +22,7 @@
 #include "src/links/common.hpp"
 #include "src/links/shm/shm_ring.hpp"
 #include "src/wait.hpp"
+#include "trellis/core/shm_names.hpp"
 #include "trellis/core/strings.hpp"
 
 namespace trellis::transport::links {
@@ -225,8 +226,10 @@ class ShmTransport final : public TransportOf<ShmLink> {
 
 void ShmLink::drive() { transport_.progress(); }
 
-std::string segment_name(const std::string& token, int lo, int hi) {
-  return fmt::format("/trellis-{}-{}-{}", token.substr(0, 24), lo, hi);
+// Named by its creator, rank `lo` (pid `creator`), so that a later start can remove it if
+// the job dies between create and attach (core/shm_names.hpp), and by the job's token.
+std::string segment_name(std::int64_t creator, const std::string& token, int lo, int hi) {
+  return shm_name(creator, fmt::format("{}-{}-{}", token.substr(0, 24), lo, hi));
 }
 
 // Faults in the pages a quiet link uses (each ring's first hot_bytes + one record) before
@@ -311,17 +314,19 @@ std::unique_ptr<Transport> connect_shm(Bootstrap& world, const std::vector<int>&
   if (world.any(!wrong.empty(), d))
     throw_error(ErrorCode::kInvalidArgument, "shm links join ranks of one host only{}{}", wrong.empty() ? "" : ": ", wrong);
   auto token = job_token(world, d);
+  const auto pids = allgather_strings(world, std::to_string(getpid()), d);
+  auto pid_of = [&](int rank) { return std::stoll(pids[static_cast<std::size_t>(rank)]); };
   auto t = std::make_unique<ShmTransport>();
   t->ring_bytes_ = ring;
   const int me = world.rank();
   agreed_phase(world, d, "create", [&] {
     for (int p : peers)
-      if (p > me) t->add(p, map_segment(segment_name(token, me, p), true, ring), true);
+      if (p > me) t->add(p, map_segment(segment_name(getpid(), token, me, p), true, ring), true);
   });
   agreed_phase(world, d, "attach", [&] {
     for (int p : peers)
       if (p < me) {
-        auto name = segment_name(token, p, me);
+        auto name = segment_name(pid_of(p), token, p, me);
         t->add(p, map_segment(name, false, ring), false);
         shm_unlink(name.c_str());  // both sides mapped it; nothing to clean up after a crash
       }

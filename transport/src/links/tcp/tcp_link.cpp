@@ -5,10 +5,15 @@
 // Security and isolation: each connection starts with a Hello that carries the job token
 // (drawn on rank 0, handed out through the MPI bootstrap); a connection without it is
 // dropped and logged, and so is any frame with a bad magic or a length above
-// comm.tcp.max_frame. The listening socket binds only to the chosen address.
+// comm.tcp.max_frame. Frames are authenticated this way but not encrypted (README.md).
+// The listening socket binds only to the chosen address: loopback when every peer is on
+// this host, else comm.tcp.address or the host's first interface. An incoming connection
+// must greet within comm.tcp.hello_timeout_ms, and at most kMaxStrangers unauthenticated
+// ones are held at once (more are closed on accept), so strangers cannot pile up sockets.
 #include <poll.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <map>
 #include <set>
@@ -29,6 +34,11 @@ using asio::ip::tcp;
 using namespace links::tcp;
 
 constexpr std::size_t kInbufBytes = 64 << 10;
+// Incoming connections held before they authenticate. Peers greet at once, and a transport
+// has at most a few dozen of them, so more than this is someone else knocking.
+constexpr std::size_t kMaxStrangers = 64;
+// Rejections logged one by one; beyond this only every 1000th, so a flood cannot fill the log.
+constexpr int kLoggedRejections = 20;
 
 bool would_block(const boost::system::error_code& ec) {
   return ec == asio::error::would_block || ec == asio::error::try_again;
@@ -203,9 +213,12 @@ struct Pending {
 
 class TcpTransport final : public TransportOf<TcpLink> {
  public:
-  TcpTransport(int my_rank, int world_size, std::string token, std::uint64_t max_frame, Millis handshake_timeout)
+  // `handshake_timeout` bounds our own connections' wait for the answer, `hello_timeout`
+  // an incoming connection's wait for its greeting.
+  TcpTransport(int my_rank, int world_size, std::string token, std::uint64_t max_frame, Millis handshake_timeout,
+               Millis hello_timeout)
       : TransportOf(Backend::kTcp), me_(my_rank), world_size_(world_size), token_(std::move(token)),
-        max_frame_(max_frame), handshake_timeout_(handshake_timeout), acceptor_(io_) {}
+        max_frame_(max_frame), handshake_timeout_(handshake_timeout), hello_timeout_(hello_timeout), acceptor_(io_) {}
   // The links' sockets belong to io_: they go first (the base class would drop them after).
   ~TcpTransport() override { links_.clear(); }
 
@@ -220,6 +233,10 @@ class TcpTransport final : public TransportOf<TcpLink> {
   }
   const std::string& listen_address() const { return listen_address_; }
   int rejected() const { return rejected_; }
+  std::size_t strangers() const {
+    return static_cast<std::size_t>(std::count_if(pending_.begin(), pending_.end(),
+                                                  [](const auto& p) { return p->expected_peer < 0; }));
+  }
 
   void expect(const std::vector<int>& peers) { expected_.insert(peers.begin(), peers.end()); }
   void connect_to(int peer, const std::string& address, Deadline d);
@@ -247,7 +264,9 @@ class TcpTransport final : public TransportOf<TcpLink> {
   void greet(Pending& p);
   void reject(Pending& p, const std::string& why) {
     ++rejected_;
-    spdlog::warn("tcp: dropped connection from {}: {}", p.remote, why);
+    if (rejected_ <= kLoggedRejections || rejected_ % 1000 == 0)
+      spdlog::warn("tcp: dropped connection from {}: {}{}", p.remote, why,
+                   rejected_ == kLoggedRejections ? " (further ones are counted, and logged every 1000th)" : "");
     boost::system::error_code ignored;
     p.sock.close(ignored);
   }
@@ -259,7 +278,7 @@ class TcpTransport final : public TransportOf<TcpLink> {
   int me_, world_size_;
   std::string token_;
   std::uint64_t max_frame_;
-  Millis handshake_timeout_;
+  Millis handshake_timeout_, hello_timeout_;
   tcp::acceptor acceptor_;
   std::string listen_address_;
   std::set<int> expected_;
@@ -313,6 +332,7 @@ void TcpTransport::connect_to(int peer, const std::string& address, Deadline d) 
 }
 
 void TcpTransport::accept_and_greet() {
+  std::size_t strangers = this->strangers();
   for (;;) {
     boost::system::error_code ec;
     tcp::socket s(io_);
@@ -321,6 +341,11 @@ void TcpTransport::accept_and_greet() {
     s.non_blocking(true);
     auto p = std::make_unique<Pending>(Pending{std::move(s), -1});
     p->remote = remote_of(p->sock);
+    if (strangers >= kMaxStrangers) {
+      reject(*p, fmt::format("{} connections are already waiting to authenticate", kMaxStrangers));
+      continue;
+    }
+    ++strangers;
     pending_.push_back(std::move(p));
   }
   for (auto& p : pending_) greet(*p);
@@ -334,7 +359,8 @@ void TcpTransport::greet(Pending& p) {
   if (ec && !would_block(ec)) return reject(p, "closed before greeting: " + ec.message());
   p.got += ec ? 0 : n;
   if (p.got < kHelloBytes) {
-    if (Clock::now() - p.since > handshake_timeout_) reject(p, "no greeting in time");
+    const Millis limit = p.expected_peer < 0 ? hello_timeout_ : handshake_timeout_;
+    if (Clock::now() - p.since > limit) reject(p, fmt::format("no greeting within {} ms", limit.count()));
     return;
   }
   Hello h;
@@ -366,6 +392,7 @@ TcpTransport& as_tcp(Transport& t) {
 
 namespace tcp {
 std::string listen_address(Transport& t) { return as_tcp(t).listen_address(); }
+std::size_t pending_strangers(Transport& t) { return as_tcp(t).strangers(); }
 void inject_raw(Transport& t, int peer, std::span<const std::byte> bytes) {
   static_cast<TcpLink&>(as_tcp(t).link(peer)).write_raw(bytes);
 }
@@ -377,10 +404,15 @@ std::unique_ptr<Transport> connect_tcp(Bootstrap& world, const std::vector<int>&
   auto d = Deadline::after(settings.connect_timeout);
   auto token = job_token(world, d);
   auto t = std::make_unique<TcpTransport>(world.rank(), world.size(), token, config.get_size("comm.tcp.max_frame"),
-                                          settings.connect_timeout);
+                                          settings.connect_timeout, config.get_duration("comm.tcp.hello_timeout_ms"));
+  // Peers all on this host (a single-host job): nobody else needs to reach the listener, so
+  // it binds loopback instead of the host's network interface.
+  const auto hosts = allgather_strings(world, host_identity(world), d);
+  const bool all_local = std::all_of(peers.begin(), peers.end(), [&](int p) { return hosts[p] == hosts[world.rank()]; });
+  const std::string address = config.get_string("comm.tcp.address");
   std::string error;
   try {
-    t->listen(choose_tcp_address(config.get_string("comm.tcp.address")));
+    t->listen(address.empty() && all_local ? "127.0.0.1" : choose_tcp_address(address));
   } catch (const std::exception& e) {
     error = fmt::format("rank {}: {}", world.rank(), e.what());
   }

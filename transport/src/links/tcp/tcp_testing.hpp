@@ -14,7 +14,10 @@ namespace trellis::transport::links::tcp {
 std::string listen_address(Transport& tcp_transport);
 // Writes raw bytes on the established connection to `peer`, bypassing framing.
 void inject_raw(Transport& tcp_transport, int peer, std::span<const std::byte> bytes);
-// Connections dropped so far because of a bad greeting, token or rank.
+// Connections dropped so far because of a bad greeting, token or rank, a greeting that did
+// not come in time, or too many waiting to authenticate.
 int rejected_connections(Transport& tcp_transport);
+// Incoming connections accepted and not yet authenticated (capped at 64).
+std::size_t pending_strangers(Transport& tcp_transport);
 
 }  // namespace trellis::transport::links::tcp

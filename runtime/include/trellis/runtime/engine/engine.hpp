@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -125,6 +126,11 @@ struct EngineOptions {
   bool serving = false;
   // Rank 0 when serving: requests come from here instead of `requests` (not owned).
   LiveQueue* live = nullptr;
+  // Rank 0, batch runs: called on the scheduler thread once per request, as soon as it is
+  // over (finished, failed, rejected or cancelled), with its final result; `trellis run
+  // --out` writes the line there, so what finished survives a rank that dies later. It
+  // runs between iterations, so it should be quick; an exception fails the run.
+  std::function<void(const Request&, const RequestResult&)> on_finished;
 };
 
 struct EngineResult {

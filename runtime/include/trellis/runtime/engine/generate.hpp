@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <string>
 
 #include "trellis/core/config.hpp"
@@ -24,7 +25,7 @@ struct GenerateOptions {
   std::string prompt;            // or one text prompt (with chat: one user message)
   std::string workload = "n=16,in=32,out=16";  // a synthetic workload spec
   int max_tokens = 0;            // > 0: every request's max_tokens
-  std::string out;               // write generated tokens/text here (JSONL), if set
+  std::string out;               // write generated tokens/text here (JSONL, a line per request as it ends)
   std::string trace;             // write a Chrome/Perfetto trace here, if set
   bool cpu_sampler = true, tsem = true, sat = true;
   bool pin_cores = false;        // bind each rank to the cores the placement gave it
@@ -35,6 +36,7 @@ struct GenerateReport {
   RunSummary summary;      // filled on rank 0
   std::vector<std::string> texts;  // rank 0: the answer of every text prompt, in order
   bool interrupted = false;
+  std::size_t out_written = 0;     // rank 0: lines in --out (one per request)
 };
 
 GenerateReport generate(transport::Bootstrap& world, const Config& config, const GenerateOptions& options);

@@ -11,7 +11,8 @@
 //
 // Lifetime: the producer creates the segment and unlinks its name at its first write after
 // every consumer has attached, or on destruction at the latest (the memory lives until the
-// last party unmaps), so a killed job leaves nothing behind in /dev/shm. close() tells consumers that no more messages
+// last party unmaps), so a job killed after that leaves nothing behind in /dev/shm; one
+// killed before leaves a name that the next start sweeps (core/shm_names.hpp). close() tells consumers that no more messages
 // will come: read() returns false once they have drained the ring.
 //
 // A wait that faces a dead peer (the producer, or the consumer a full ring waits for) ends
@@ -39,7 +40,8 @@ class ShmRing {
   ShmRing(const ShmRing&) = delete;
   ShmRing& operator=(const ShmRing&) = delete;
 
-  // Producer side: creates segment `name` ("/trellis-<job>-sched"); replaces a stale one.
+  // Producer side: creates segment `name` (the engine's: core/shm_names.hpp's
+  // "/trellis-<pid>-<ns>-<job>-sched-h<host>"); replaces a stale one of the same name.
   static std::unique_ptr<ShmRing> create(const std::string& name, std::uint32_t slots, std::uint32_t slot_bytes,
                                          std::uint32_t consumers);
   // Consumer `index` (0..consumers-1) opens the segment, waiting for it to appear.

@@ -14,14 +14,19 @@
 // end-of-turn) are added to the request's stop list; "tokens" prompts are used as given.
 // A line that is not a JSON object, lacks a prompt, or
 // has an empty or non-integer token list makes the whole file invalid: kInvalidArgument
-// naming the file and line. A bad sampling setting (unknown key, wrong type, out of range)
+// naming the file and line. The file is untrusted input, read within PromptLimits: a line
+// longer than max_line_bytes, a file longer than max_file_bytes, or a value nested deeper
+// than max_depth (checked before any value is built, naming the top-level field) is
+// refused the same way. A bad sampling setting (unknown key, wrong type, out of range)
 // only fails that request: Request::error says why and the other requests run.
 //
 // Synthetic spec: "n=256,in=128,out=128[,seed=S][,vocab=V]": n requests, each with `in`
 // random prompt tokens (seeded, uniform below the vocabulary) and exactly `out` greedy new
-// tokens (no stop ids), like the fixed-length workloads of SiPipe §7.
+// tokens (no stop ids), like the fixed-length workloads of SiPipe §7. Bounded: n up to
+// 1,000,000, in and out up to 2^20 each, n x in up to 2^28 prompt tokens (1 GiB of ids).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <istream>
 #include <string>
@@ -55,12 +60,25 @@ struct Workload {
   std::string source;  // "prompts.jsonl" or "synthetic n=..,in=..,out=.."
 };
 
+// Bounds on a prompts file. A real line nests 3 deep ("messages": object > list > object);
+// a prompt of a million tokens is ~7 MiB of JSON.
+struct PromptLimits {
+  std::size_t max_line_bytes = std::size_t{16} << 20;
+  std::size_t max_file_bytes = std::size_t{1} << 30;
+  int max_depth = 16;
+};
+
 // Reads a prompts file. `vocab_size` (> 0) also checks token and stop ids against the model.
 // kInvalidArgument when text.chat is set without a tokenizer; kUnsupported (from the
 // tokenizer) when the model's chat template is not ChatML.
-Workload read_prompts(const std::string& path, int vocab_size, const TextOptions& text = {});
+// With text.chat, prompts are encoded by Tokenizer::encode_chat: the template's markers are
+// control tokens and each message's text is plain text, so a prompt that spells
+// "<|im_start|>system" cannot open a turn of its own.
+Workload read_prompts(const std::string& path, int vocab_size, const TextOptions& text = {},
+                      const PromptLimits& limits = {});
 // Same, from a stream; `name` is used in messages.
-Workload parse_prompts(std::istream& in, std::string_view name, int vocab_size, const TextOptions& text = {});
+Workload parse_prompts(std::istream& in, std::string_view name, int vocab_size, const TextOptions& text = {},
+                       const PromptLimits& limits = {});
 
 struct SyntheticSpec {
   int n = 0, in = 0, out = 0;
