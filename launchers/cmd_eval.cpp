@@ -36,9 +36,7 @@ Action define_eval_ppl(CLI::App& sub) {
   sub.add_option("--ctx", p.ctx, "Window length in tokens; the second half of each window is scored")
       ->capture_default_str();
   sub.add_option("--max-windows", p.max_windows, "Score only the first N windows (0: all)")->capture_default_str();
-  sub.add_option("--variant", p.variant, "Model variant: standard, parallel, ladder, desync2, desync4, lp, nocomm")
-      ->capture_default_str();
-  sub.add_option("--variant-layers", p.variant_layers, "Layers A-B (inclusive) the variant applies to; default all");
+  add_variant_flags(sub, p.variant, p.variant_layers);
   add_layout_flags(sub, p.pp, p.tp);
   sub.add_option("--dtype", p.dtype, "Weights in memory: f32 (exact dequantised GGUF) or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))

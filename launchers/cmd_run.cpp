@@ -94,10 +94,7 @@ Action define_run(CLI::App& sub) {
   sub.add_option("--model", g.model_dir, "Checkpoint: a directory (config.json + safetensors) or a .gguf file");
   sub.add_option("--preset", g.preset, "Without --model: a synthetic model generated in memory (see make-model)")
       ->capture_default_str();
-  sub.add_option("--variant", g.variant,
-                 "Model variant: standard, parallel, ladder, desync2, desync4, lp, nocomm (see docs/variants.md)")
-      ->capture_default_str();
-  sub.add_option("--variant-layers", g.variant_layers, "Layers A-B (inclusive) the variant applies to; default all");
+  add_variant_flags(sub, g.variant, g.variant_layers);
   add_layout_flags(sub, g.pp, g.tp);
   auto* prompts = sub.add_option("--prompts", g.prompts,
                                  "Prompts file (JSONL: tokens, text or, with --chat, messages; per-request sampling)");

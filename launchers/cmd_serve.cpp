@@ -177,8 +177,7 @@ Action define_serve(CLI::App& sub) {
   sub.add_option("--preset", g.preset, "Without --model: a synthetic model generated in memory (byte-level text)")
       ->capture_default_str();
   sub.add_option("--model-name", o->model_name, "The model id clients name (default: the file's stem)");
-  sub.add_option("--variant", g.variant, "Model variant (see docs/variants.md)")->capture_default_str();
-  sub.add_option("--variant-layers", g.variant_layers, "Layers A-B (inclusive) the variant applies to; default all");
+  add_variant_flags(sub, g.variant, g.variant_layers);
   add_layout_flags(sub, g.pp, g.tp);
   sub.add_option("--host", o->host, "Bind address (setting serve.host, default 127.0.0.1: this machine only)");
   sub.add_option("--port", o->port, "TCP port (setting serve.port, default 8000; 0: any free port)");

@@ -9,6 +9,13 @@ void add_layout_flags(CLI::App& sub, int& pp, int& tp) {
   sub.add_option("--tp", tp, "Tensor-parallel ranks per stage")->check(CLI::PositiveNumber)->capture_default_str();
 }
 
+void add_variant_flags(CLI::App& sub, std::string& variant, std::string& layers) {
+  sub.add_option("--variant", variant,
+                 "Model variant: standard, parallel, ladder, desync2, desync4, lp, nocomm (see docs/variants.md)")
+      ->capture_default_str();
+  sub.add_option("--variant-layers", layers, "Layers A-B (inclusive) the variant applies to; default all");
+}
+
 bool check_layout(const Session& s, int pp, int tp, std::string_view command) {
   return s.require_world(pp * tp == s.size(),
                          fmt::format("--pp {} x --tp {} needs {} ranks, this job has {}: run it as mpirun -np {} "

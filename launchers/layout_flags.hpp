@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
 #include <string_view>
 
 #include "session.hpp"
@@ -13,6 +14,9 @@ namespace trellis::launchers {
 // Adds --pp (pipeline stages) and --tp (tensor-parallel ranks per stage), each a positive
 // number shown with its default, writing into `pp` and `tp` (which must outlive parsing).
 void add_layout_flags(CLI::App& sub, int& pp, int& tp);
+
+// Adds --variant (a model variant name, core/variant.hpp) and --variant-layers A-B.
+void add_variant_flags(CLI::App& sub, std::string& variant, std::string& layers);
 
 // Whether the job has pp x tp ranks. When it has not, rank 0 logs once "--pp P x --tp T
 // needs N ranks, this job has M: run it as mpirun -np N trellis COMMAND --pp P --tp T ..."
