@@ -65,7 +65,7 @@ serve::ServerOptions server_options(const Config& c, const ServeOptions& o) {
   return so;
 }
 
-// Rank 0, on SIGTERM/SIGINT: refuse new work, let running requests finish for up to
+// Rank 0, on SIGTERM/SIGINT/SIGUSR1: refuse new work, let running requests finish for up to
 // serve.drain_ms, then cancel what is left and let the engine stop every rank.
 void drain_on_signal(runtime::LiveQueue& queue, serve::Server& server, Millis drain, const std::atomic<bool>& done) {
   while (!done.load()) {
@@ -97,11 +97,15 @@ int run_serve(Session& s, ServeOptions& o) {
   if (int rc = apply_flags(s, o); rc != 0) return rc;
   const auto so = server_options(s.config, o);  // every rank: a bad flag fails everywhere alike
   // Signals first: a SIGTERM during the (long) load must not kill a rank half-way; it is
-  // acted on once serving starts. mpirun forwards it to every rank; only rank 0 acts, the
-  // others stop when its stop message arrives.
+  // acted on once serving starts. Only rank 0 acts; the others stop when its stop message
+  // arrives.
   g_serve_stop = false;
   std::signal(SIGINT, on_serve_signal);
   std::signal(SIGTERM, on_serve_signal);
+  // Open MPI's mpirun turns SIGTERM/SIGINT into a job kill (forwarded, then SIGKILL about a
+  // second later, before a drain can finish) but forwards SIGUSR1 as it is: under mpirun,
+  // `kill -USR1 <mpirun pid>` is the graceful stop (docs/serve.md).
+  std::signal(SIGUSR1, on_serve_signal);
   auto job = runtime::prepare_job(s.world(), s.config, g);
   auto& eo = job->eo;
   eo.serving = true;
@@ -160,6 +164,7 @@ int run_serve(Session& s, ServeOptions& o) {
   finish();
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGUSR1, SIG_DFL);
   if (s.is_root()) {
     auto st = queue->stats();
     spdlog::info("serve: stopped after {} requests ({} finished, {} cancelled, {} rejected), {} tokens generated",

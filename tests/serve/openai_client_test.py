@@ -227,11 +227,13 @@ class Server:
         return ranks
 
     def sigterm(self, to):
-        """SIGTERM to every rank (as systemd or `kill` of the job's processes does) or to the
-        launcher only (mpirun, which passes it on)."""
+        """SIGTERM to every rank (as systemd or `kill` of the job's processes does), or SIGUSR1
+        to the launcher only: mpirun turns SIGTERM into a job kill about a second later, but
+        passes SIGUSR1 on as it is, so that is the graceful stop docs/serve.md gives."""
+        sig = signal.SIGTERM if to == "ranks" else signal.SIGUSR1
         for pid in self.ranks if to == "ranks" else [self.proc.pid]:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, sig)
             except ProcessLookupError:
                 pass
 
@@ -340,7 +342,7 @@ class Suite:
         self.model = args.model_name
         self.client = openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0,
                                     timeout=args.request_timeout)
-        self.greedy = {}  # (endpoint, prompt) -> (text, finish, usage) of the greedy non-stream call
+        self.greedy = {}  # "completion" | "chat" -> (text, finish_reason, usage) of the greedy non-stream call
 
     # --- helpers
     def chat(self, content, **kw):
@@ -773,8 +775,8 @@ def main():
     ap.add_argument("--request-timeout", type=float, default=60, help="seconds per request")
     ap.add_argument("--exit-timeout", type=float, default=45, help="seconds from SIGTERM to exit")
     ap.add_argument("--signal-to", choices=("ranks", "launcher"), default="ranks",
-                    help="where the SIGTERM check sends the signal: every rank (default) or only the launcher "
-                         "(mpirun with --np > 1)")
+                    help="the stop check: SIGTERM to every rank (default), or SIGUSR1 to the launcher only "
+                         "(mpirun with --np > 1: its graceful stop)")
     args = ap.parse_args()
     for name in ("np", "pp", "tp"):
         if getattr(args, name) < 1:
@@ -835,7 +837,7 @@ def main():
         t.check("concurrent greedy streams == trellis run", s.concurrent)
         t.check("same seed, same sampled text", s.seeded)
         t.check("client disconnecting mid-stream", s.disconnect_mid_stream)
-        t.check(f"SIGTERM to {'every rank' if args.signal_to == 'ranks' else 'the launcher'}: drains, "
+        t.check(f"{'SIGTERM to every rank' if args.signal_to == 'ranks' else 'SIGUSR1 to mpirun'}: drains, "
                 "every rank exits 0", s.sigterm_drains)
     except Failure as e:
         log(f"stopped: {e}")
