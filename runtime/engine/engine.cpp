@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "engine_internal.hpp"
@@ -65,6 +66,10 @@ std::vector<int> engine_peers(const EngineGrid& g, int rank) {
   }
   if (s == g.pp - 1) add(sampler);
   if (rank == 0) add(sampler);
+  // Serving metrics: each middle stage's TP rank 0 reports its time shares to rank 0.
+  if (rank == 0)
+    for (int m = 1; m < g.pp - 1; ++m) add(g.rank_at(m, 0));
+  if (s > 0 && s < g.pp - 1 && k == 0) add(0);
   const int h0 = g.host_of[0];
   for (int leader : host_leaders(g)) {
     if (g.host_of[static_cast<std::size_t>(leader)] == h0) continue;
@@ -191,7 +196,8 @@ class Engine {
   EngineResult result_;
   std::atomic<std::int64_t> last_heard_ns_{now_ns()};
   double engine_start_s_ = now_seconds();
-  std::vector<StageShare> last_shares_;
+  std::optional<StageShare> last_stage_share_;
+  std::unique_ptr<StageStatsReceiver> stats_in_;  // rank 0, serving, pp > 2
 };
 
 bool Engine::take_schedule(ScheduleOutput& out, Lane lane) {
@@ -324,6 +330,9 @@ void Engine::forward_executor() {
   transport::RequestPtr sends[2];
   StageInput inline_in;
   ScheduleOutput s;
+  std::unique_ptr<StageStatsSender> stats_out;
+  if (opt_.serving && k_ == 0 && stage_idx_ > 0 && stage_idx_ < grid_.pp - 1)
+    stats_out = std::make_unique<StageStatsSender>(links_.link(0), trace_, engine_start_s_);
   for (std::int64_t it = 0;; ++it) {
     const StageInput* in = nullptr;
     if (opt_.tsem) {
@@ -369,8 +378,10 @@ void Engine::forward_executor() {
       last_stage_output(*in, buf.data(), it);
     }
     post_ahead();
+    if (stats_out) stats_out->maybe_send(deadline(), failed_);
     if (failed_.failed) break;
   }
+  if (stats_out && !failed_.failed) stats_out->send_last(deadline(), failed_);
   for (auto& r : sends)
     if (r) wait_request(*r, deadline(), failed_, fmt::format("rank {}: hidden-state send", rank_));
   for (auto& r : logits_req_)
@@ -435,13 +446,11 @@ void Engine::publish(const ScheduleOutput& s, std::vector<transport::RequestPtr>
 std::vector<StageShare> Engine::live_shares(const TokensMsg* got) {
   const double wall = std::max(1e-9, now_seconds() - engine_start_s_);
   auto own = rank_shares(trace_, wall);
-  if (last_shares_.empty()) {
-    last_shares_.push_back({0, 0, 0, 0});
-    if (grid_.pp > 1) last_shares_.push_back({grid_.pp - 1, 0, 0, 0});
-  }
-  last_shares_[0] = {0, own.busy_s / wall, own.comm_s / wall, own.wait_s / wall};
-  if (got && got->has_shares && grid_.pp > 1) last_shares_[1] = {grid_.pp - 1, got->busy, got->comm, got->wait};
-  return last_shares_;
+  if (got && got->has_shares) last_stage_share_ = StageShare{grid_.pp - 1, got->busy, got->comm, got->wait};
+  std::vector<StageShare> out{{0, own.busy_s / wall, own.comm_s / wall, own.wait_s / wall}};
+  if (stats_in_) stats_in_->poll(out);
+  if (grid_.pp > 1 && last_stage_share_) out.push_back(*last_stage_share_);
+  return out;
 }
 
 void Engine::scheduler_thread() {
@@ -465,6 +474,11 @@ void Engine::scheduler_thread() {
     return unpack_tokens(std::span(tok_buf).first(req->bytes()), sampler_rank_);
   };
   io.shares = [&](const TokensMsg* got) { return live_shares(got); };
+  if (opt_.live && grid_.pp > 2) {
+    std::vector<std::pair<int, transport::Link*>> mids;
+    for (int m = 1; m < grid_.pp - 1; ++m) mids.emplace_back(m, &links_.link(grid_.rank_at(m, 0)));
+    stats_in_ = std::make_unique<StageStatsReceiver>(std::move(mids));
+  }
   SchedulerRun run = opt_.live ? run_live_scheduler(opt_, *opt_.live, io) : run_batch_scheduler(opt_, requests_, io);
   ScheduleOutput stop;
   stop.flags = ScheduleOutput::kStop;
@@ -472,6 +486,7 @@ void Engine::scheduler_thread() {
   publish(stop, pending, bufs);
   ring_out_->close();
   for (auto& r : pending) wait_request(*r, deadline(), failed_, "scheduler: stop message to a relay");
+  if (stats_in_) stats_in_->drain(upstream_deadline(), failed_);
   result_.results = std::move(run.results);
   result_.iterations = run.iterations;
   result_.interrupted = run.interrupted;

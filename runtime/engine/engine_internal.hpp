@@ -22,6 +22,7 @@ namespace trellis::runtime::detail {
 inline constexpr std::uint32_t kTagSchedule = 0x100;  // rank 0 -> relays on other hosts
 inline constexpr std::uint32_t kTagLogits = 0x200;    // last-stage TP ranks -> sampler rank
 inline constexpr std::uint32_t kTagTokens = 0x300;    // sampler rank -> rank 0
+inline constexpr std::uint32_t kTagStats = 0x400;     // serving: middle stages' TP rank 0 -> rank 0
 
 // Failures of this rank's engine threads; the others stop at their next wait. When a peer
 // dies, several threads time out: the ones waiting on the peer (scope job/link) say what
@@ -121,6 +122,46 @@ struct SchedulerRun {
 SchedulerRun run_batch_scheduler(const EngineOptions& opt, const std::vector<Request>& requests, SchedulerIO& io);
 // trellis serve: requests from `live` until it is shut down; heartbeats while idle.
 SchedulerRun run_live_scheduler(const EngineOptions& opt, LiveQueue& live, SchedulerIO& io);
+
+// Serving: a middle stage's time shares for rank 0's /metrics (stage 0 is rank 0, the last
+// stage's shares come with the tokens). Its TP rank 0 sends them at most once a second and a
+// last time when the stage stops; rank 0 polls without blocking while it serves and, after
+// the stop message, waits for every stage's last one, so no receive is left posted.
+class StageStatsSender {
+ public:
+  StageStatsSender(transport::Link& to_rank0, const Tracer& trace, double start_s);
+  void maybe_send(Deadline deadline, const FailureFlag& failed);
+  void send_last(Deadline deadline, const FailureFlag& failed);
+
+ private:
+  void send(bool last, Deadline deadline, const FailureFlag& failed);
+  transport::Link& link_;
+  const Tracer& trace_;
+  double start_s_, last_sent_s_ = 0;
+  std::vector<std::byte> buf_;
+  transport::RequestPtr req_;
+};
+
+class StageStatsReceiver {
+ public:
+  // (stage, the link from its TP rank 0), middle stages only.
+  explicit StageStatsReceiver(std::vector<std::pair<int, transport::Link*>> stages);
+  // Appends the latest shares of every stage heard from so far.
+  void poll(std::vector<StageShare>& shares);
+  void drain(Deadline deadline, const FailureFlag& failed);
+
+ private:
+  struct From {
+    int stage = 0;
+    transport::Link* link = nullptr;
+    std::vector<std::byte> buf;
+    transport::RequestPtr req;
+    StageShare share;
+    bool heard = false, done = false;
+  };
+  bool take(From& f);
+  std::vector<From> from_;
+};
 
 // Vocabulary rows of TP rank k: chunks of ceil(V / t), as the vocab-parallel LM head splits.
 std::pair<int, int> vocab_range(int vocab, int tp, int k);

@@ -316,6 +316,33 @@ TEST(EngineLive, RequestsArrivingOverTimeGetTheBatchTokensAndIdleOutlivesTheDead
   EXPECT_EQ(st.stages.back().stage, 1);
 }
 
+TEST(EngineLive, EveryStageReportsItsSharesAndStopsCleanly) {
+  LiveQueue q({16});
+  Client c;
+  std::vector<StageShare> stages;
+  std::thread front([&] {
+    ShutdownAtExit bye{q};
+    ASSERT_TRUE(wait_ready(q, 10));
+    auto reqs = workload(false);
+    std::vector<std::int64_t> ids;
+    for (int i = 0; i < 4; ++i) ids.push_back(q.submit(reqs[static_cast<std::size_t>(i)], c.sink()).id);
+    for (auto id : ids) ASSERT_TRUE(c.wait_final(id, 20));
+    stages = q.stats().stages;
+  });
+  auto opt = base_options();
+  opt.serving = true;
+  opt.live = &q;
+  auto r = run_layout(3, 1, {}, opt);  // stage 1 is a middle stage: its own message to rank 0
+  front.join();
+  expect_clean(r);
+  ASSERT_EQ(stages.size(), 3u);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(stages[static_cast<std::size_t>(s)].stage, s);
+    const auto& sh = stages[static_cast<std::size_t>(s)];
+    EXPECT_NEAR(sh.busy + sh.comm + sh.wait, 1.0, 0.05) << "stage " << s;
+  }
+}
+
 TEST(EngineLive, CancelFreesTheKvAtOnceAndRefusalsNameTheLimit) {
   LiveQueue q({2});
   Client c;
