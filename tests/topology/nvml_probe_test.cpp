@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "../../topology/src/hwloc_reader.hpp"
+#include "trellis/topology/discovery.hpp"
 
 namespace trellis::topology {
 namespace {
@@ -27,7 +27,7 @@ Host four_gpus() {
 
 TEST(NvmlProbe, CountsDirectAndSwitchedLinks) {
   Host h = four_gpus();
-  detail::add_nvml_links(h);
+  add_nvml_links(h);
   ASSERT_FALSE(h.notes.empty());
   ASSERT_EQ(h.notes.back(), "NVML: 4 GPU(s) queried for NVLink") << h.notes.back();
   EXPECT_EQ(h.link(0, 1).link_class, LinkClass::kNvlink);

@@ -163,4 +163,6 @@ Topology gather_topology(const Host& mine, int my_rank, int pid, std::vector<int
   return topo;
 }
 
+void add_nvml_links(Host& host) { detail::add_nvml_links(host); }
+
 }  // namespace trellis::topology

@@ -26,6 +26,12 @@ struct DiscoverOptions {
 // Error{kInternal} only when hwloc itself cannot load the machine.
 Host discover_local_host(const DiscoverOptions& options = {});
 
+// The NVLink step of discover_local_host(), on its own: adds the NVLink pairs (direct or
+// through NVSwitch, and to the CPU) that NVML, loaded with dlopen("libnvidia-ml.so.1"),
+// reports between `host`'s devices, matched by PCI bus id. Without a loadable NVML it adds a
+// note to host.notes and changes nothing else.
+void add_nvml_links(Host& host);
+
 // Every rank contributes a string and gets all of them, indexed by rank. The launcher
 // adapts its bootstrap (MPI) to this; tests pass a lambda.
 using AllgatherFn = std::function<std::vector<std::string>(const std::string& mine)>;
