@@ -53,6 +53,7 @@ int run_generate(Session& s, RunOptions& o) {
     if (s.is_root()) spdlog::error("--chat needs text prompts: --prompt TEXT or --prompts FILE");
     return 2;
   }
+  o.gen.progress = !o.json;
   o.gen.cpu_sampler = !o.no_cpu_sampler;
   o.gen.tsem = !o.no_tsem;
   o.gen.sat = !o.no_sat;

@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include "trellis/core/error.hpp"
+#include "trellis/core/progress.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/kernels/context.hpp"
 #include "trellis/runtime/checkpoint/reader.hpp"
@@ -210,7 +211,9 @@ int run_study(Session& s, StudyOptions o) {
   run.wake_control = o.wake_control;
   run.wake_interval = std::chrono::microseconds(o.wake_interval_us);
   std::vector<runtime::StudyPoint> points;
+  Progress bar("study", static_cast<int>(batches.size()), s.is_root() && !o.json);
   for (int b : batches) {
+    bar.step(fmt::format("batch {}, {} variants interleaved", b, specs.size()));
     // Variants interleaved repeat by repeat (measure_interleaved): shared cores come in phases.
     for (auto& p : runtime::measure_interleaved(model, specs, b, run, s.world())) {
       if (s.is_root())
@@ -221,6 +224,7 @@ int run_study(Session& s, StudyOptions o) {
       points.push_back(std::move(p));
     }
   }
+  bar.done();
   runtime::derive_study(points);
   if (!s.is_root()) return 0;
 

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "trellis/core/error.hpp"
+#include "trellis/core/progress.hpp"
 #include "trellis/runtime/checkpoint/reader.hpp"
 #include "trellis/runtime/engine/llama_stage.hpp"
 #include "trellis/runtime/engine/warmup.hpp"
@@ -133,6 +134,9 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   const VariantSpec variant = j->variant = parse_variant_spec(o.variant, o.variant_layers, cfg.num_layers);
   validate_variant(variant, cfg, o.tp);
   // Topology -> placement -> grid.
+  // A status line on rank 0's terminal through the phases that take seconds (quiet otherwise).
+  Progress progress("start-up", 4, world.rank() == 0 && o.progress);
+  progress.step("topology and placement");
   j->topo = gather(world, setup);
   const auto& topo = j->topo;
   topology::PlaceOptions popt;
@@ -153,6 +157,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
     sched_setaffinity(0, sizeof set, &set);
   }
   // Links, then one TP group per stage (collective: every rank builds each in order).
+  progress.step("links and TP groups");
   j->links = connect_links(world, config, grid, pl, topo);
   auto& tp_group = j->tp_group;
   const auto link_plan = transport::plan_links(pl, transport::SelectionPolicy::from_config(config));
@@ -216,6 +221,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   // dequant is the one whose tokens are identical across layouts.
   lo.weights_format = parse_weights_format(config.get_string("model.weights_format"), "model.weights_format");
   j->ctx = std::make_unique<kernels::Context>(static_cast<int>(config.get_int("kernels.threads")));
+  progress.step(fmt::format("loading each rank's shard (rank 0: layers {}-{})", lo.first_layer, lo.last_layer - 1));
   j->model = std::make_unique<LlamaModel>(*reader, cfg, *timed, *j->ctx, lo);
   auto& model = *j->model;
   if (me == 0 && o.tp > 1)
@@ -259,7 +265,9 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   ws.max_context = sc.max_context;
   ws.first_stage = stage == 0;
   ws.last_stage = stage == o.pp - 1;
+  progress.step("warm-up");
   const WarmupTimes warm = warm_up_stage(*j->stage, ws);
+  progress.done();
   tracer.reset();  // the warm-up's all-reduces are not the run's
   StartupTimes startup{t_connected - t_begin, t_loaded - t_connected, warm.total_s(), warm.prefill_s, ws.prefill_tokens};
   j->startup = startup;

@@ -10,6 +10,7 @@
 #include <limits>
 #include <set>
 
+#include "trellis/core/progress.hpp"
 #include "trellis/core/clock.hpp"
 #include "trellis/core/config.hpp"
 #include "trellis/core/error.hpp"
@@ -242,6 +243,33 @@ TEST(Errors, CarryCodeAndScope) {
     EXPECT_EQ(std::string(e.what()), "prompt 7 too long");
     EXPECT_EQ(to_string(e.code()), "invalid argument");
   }
+}
+
+TEST(Progress, OneLinePerStepAndQuietWhenDisabled) {
+  char* buf = nullptr;
+  std::size_t len = 0;
+  std::FILE* mem = ::open_memstream(&buf, &len);
+  ASSERT_NE(mem, nullptr);
+  {
+    Progress p("study", 3, true, mem);
+    EXPECT_TRUE(p.active());
+    p.step("batch 1");
+    p.step("batch 8");
+    Progress quiet("load", 2, false, mem);
+    quiet.step("layers 0-9");
+    EXPECT_FALSE(quiet.active());
+  }
+  std::fclose(mem);
+  const std::string out(buf, len);
+  std::free(buf);
+  EXPECT_EQ(out.find("study 1/3: batch 1 ("), 0u) << out;
+  EXPECT_NE(out.find("\nstudy 2/3: batch 8 ("), std::string::npos) << out;
+  EXPECT_NE(out.find("\nstudy: done in "), std::string::npos) << out;
+  EXPECT_EQ(out.find("load"), std::string::npos) << out;  // disabled: nothing written
+  EXPECT_EQ(out.find('\r'), std::string::npos);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3);
+  // Under ctest stderr is no terminal: the default stream stays quiet even when enabled.
+  if (!Progress::stderr_is_terminal()) EXPECT_FALSE(Progress("x", 1, true).active());
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ struct GenerateOptions {
   std::string trace;             // write a Chrome/Perfetto trace here, if set
   bool cpu_sampler = true, tsem = true, sat = true;
   bool pin_cores = false;        // bind each rank to the cores the placement gave it
+  bool progress = true;          // a start-up status line on rank 0's terminal (core/progress.hpp)
   const std::atomic<bool>* stop = nullptr;  // SIGINT
 };
 
