@@ -15,6 +15,7 @@
 
 #include "cmd_bench_comm.hpp"
 #include "commands.hpp"
+#include "json_output.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/transport/calibration.hpp"
@@ -269,7 +270,7 @@ int run_comm(Session& s, const CommOptions& o) {
       f << cal.dump(2) << "\n";
       std::cout << "\ncalibration written to " << o.calibration << "\n";
     }
-    if (o.json_out) std::cout << cal.dump(2) << "\n";
+    if (o.json_out) std::cout << versioned_json(cal) << "\n";
     if (!ok) spdlog::error("some data arrived wrong (see FAILED rows)");
   }
   return ok ? 0 : 1;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "json_output.hpp"
 #include "trellis/core/clock.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
@@ -174,7 +175,7 @@ int run_bench_kernels(Session& s, const KernelBenchOptions& o) {
     for (const auto& g : gemv)
       j["gemv"].push_back({{"shape", g.shape}, {"dtype", g.dtype}, {"m", g.m}, {"n", g.n}, {"k", g.k},
                            {"GBps", g.gbps}, {"triad_GBps", g.triad_gbps}, {"fraction_of_triad", g.ratio}});
-    std::cout << j.dump(2) << "\n";
+    std::cout << versioned_json(j) << "\n";
     return 0;
   }
   std::cout << fmt::format("triad bandwidth ({} threads, 3 x {}): median {:.1f} GB/s, best {:.1f} GB/s\n\n",

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "json_output.hpp"
 #include "trellis/core/clock.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
@@ -313,7 +314,7 @@ int run_bench_group(Session& s, const BenchModelOptions& o) {
   nlohmann::json j = {{"model", dir}, {"weights", o.weights}, {"threads", ctx.threads()}, {"world", s.size()},
                       {"tp", tp}, {"pp", pp}, {"microbatches", seat.m}, {"prefill_tokens", o.prompt}, {"steps", o.steps}, {"ranks", ranks}};
   if (o.json) {
-    std::cout << j.dump(2) << "\n";
+    std::cout << versioned_json(j) << "\n";
     return 0;
   }
   std::cout << fmt::format("model {} on {} ranks (tp {} x pp {}, {} microbatches in flight, {} threads each)\n", dir,
@@ -385,7 +386,7 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
                       {"prefill_s", prefill_s}, {"load_s", load_s}, {"steps", o.steps}, {"torch", torch}};
   if (!o.batches.empty()) j["batches"] = batches;
   if (o.json) {
-    std::cout << j.dump(2) << "\n";
+    std::cout << versioned_json(j) << "\n";
     return 0;
   }
   std::cout << fmt::format("model {} ({:.0f}M params, {} weights, {} threads), batch 1, {} decode steps after a {}-token prompt\n",

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "json_output.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
 
@@ -101,7 +102,7 @@ int run_ring(Session& s, const RingOptions& o) {
     for (const auto& p : points)
       j["points"].push_back({{"bytes", p.bytes}, {"hop_latency_us", p.hop_latency_s * 1e6},
                              {"link_bandwidth_MBps", p.link_bandwidth / 1e6}, {"verified", p.verified}});
-    std::cout << j.dump(2) << "\n";
+    std::cout << versioned_json(j) << "\n";
   } else {
     std::cout << fmt::format("ring of {} ranks over MPI:", s.size());
     for (int i = 0; i < s.size(); ++i) std::cout << fmt::format(" r{}@{}", i, hosts[i]);

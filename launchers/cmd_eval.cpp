@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "json_output.hpp"
 #include "layout_flags.hpp"
 #include "trellis/runtime/eval/perplexity.hpp"
 
@@ -20,7 +21,7 @@ int run_ppl(Session& s, const EvalOptions& o) {
   const auto& p = o.ppl;
   if (!check_layout(s, p.pp, p.tp, "eval ppl")) return 1;
   auto r = runtime::evaluate_perplexity(s.world(), s.config, p);
-  if (s.is_root()) std::cout << (o.json ? runtime::to_json_text(r) + "\n" : runtime::to_text(r));
+  if (s.is_root()) std::cout << (o.json ? versioned_json(nlohmann::json::parse(runtime::to_json_text(r)), -1) + "\n" : runtime::to_text(r));
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "json_output.hpp"
 #include "trellis/core/shm_names.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/kernels/library.hpp"
@@ -160,7 +161,7 @@ int run_info(Session& s, const InfoOptions& o) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : all) ranks.push_back(nlohmann::json::parse(r));
   if (o.config) {
-    if (o.json) std::cout << config_json(s.config).dump(2) << "\n";
+    if (o.json) std::cout << versioned_json(config_json(s.config)) << "\n";
     else print_config(s.config);
     return 0;
   }
@@ -170,7 +171,7 @@ int run_info(Session& s, const InfoOptions& o) {
   j["shm_segments"] = shm_json();
   if (o.json) {
     j["config"] = config_json(s.config);
-    std::cout << j.dump(2) << "\n";
+    std::cout << versioned_json(j) << "\n";
     return 0;
   }
   print_libraries(j);

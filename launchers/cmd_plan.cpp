@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "json_output.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/sim/calibration.hpp"
@@ -470,7 +471,7 @@ int run_plan(Session&, const PlanOptions& o) {
     if (launch) j["launch"] = launch_json(*launch);
     j["rejected_counts"] = rejection_counts(res);
     if (pick) j["sbatch"] = {{"file", o.sbatch}, {"layout", candidate_json(*pick)}};
-    std::cout << j.dump(2) << "\n";
+    std::cout << versioned_json(j) << "\n";
   } else {
     print_text(r, res, o, ms);
     if (launch) std::cout << launch_text(*launch, *top);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "json_output.hpp"
 #include "layout_flags.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/runtime/engine/generate.hpp"
@@ -70,9 +71,9 @@ int run_generate(Session& s, RunOptions& o) {
     if (o.json && !rep.texts.empty()) {
       auto j = nlohmann::json::parse(runtime::to_json_text(rep.summary));
       j["answers"] = rep.texts;
-      std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      std::cout << versioned_json(j) << "\n";
     } else if (o.json) {
-      std::cout << runtime::to_json_text(rep.summary) << "\n";
+      std::cout << versioned_json(nlohmann::json::parse(runtime::to_json_text(rep.summary))) << "\n";
     }
     else
       std::cout << runtime::to_text(rep.summary);

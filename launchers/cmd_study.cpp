@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "json_output.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/progress.hpp"
 #include "trellis/core/strings.hpp"
@@ -252,7 +253,7 @@ int run_study(Session& s, StudyOptions o) {
                              {"prefill_hidden_waits", p.prefill_hidden_waits},
                              {"decode_hidden_waits", p.decode_hidden_waits},
                              {"note", p.exact ? "" : runtime::kNoCommLabel}});
-    std::cout << j.dump(2) << "\n";  // NaN becomes null
+    std::cout << versioned_json(j) << "\n";  // NaN becomes null
   } else {
     std::cout << runtime::format_study_tables(points, title);
   }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "json_output.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/topology/discovery.hpp"
 #include "trellis/topology/placement.hpp"
@@ -144,7 +145,7 @@ int run_topo(Session& s, TopoOptions o) {
     j["topology"] = nlohmann::json::parse(topology::to_json_text(shown));
     if (pl) j["placement"] = nlohmann::json::parse(topology::placement_to_json_text(*pl));
     if (with_nvlink) j["placement_with_nvlink"] = nlohmann::json::parse(topology::placement_to_json_text(*with_nvlink));
-    std::cout << j.dump(2) << "\n";
+    std::cout << versioned_json(j) << "\n";
     return 0;
   }
   print_text(shown, o, pl ? &*pl : nullptr, with_nvlink ? &*with_nvlink : nullptr);

@@ -71,6 +71,8 @@ check "srun, one task, runs"           0 "srun without --mpi; Slurm job 7 step 0
   "${NOMPI[@]}" SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=1 SLURM_PROCID=0 "$T" info
 check "sbatch script is not a step"    0 "not a job step" -- \
   "${NOMPI[@]}" SLURM_NTASKS=4 SLURM_JOB_NUM_NODES=2 SLURM_JOB_NODELIST="n[1-2]" "$T" info
+check "--json says its version"       0 '"trellis_version": "0.'   -- "$T" run --preset tiny --prompt hi --max-tokens 1 --json
+check "topo --json says its version"   0 '"trellis_version"'     -- "$T" topo --synthetic hosts=1,gpus=2 --json
 if "$T" info --json | /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["world"]["size"]==1' ; then
   echo "ok   info --json is valid JSON"; else echo "FAIL info --json is not valid JSON"; fails=$((fails+1)); fi
 echo "$fails failed"
