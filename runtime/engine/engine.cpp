@@ -149,6 +149,7 @@ class Engine {
   void sampler_thread();
   void scheduler_thread();
   void relay_thread();
+  void progress_loop(const std::atomic<bool>& finished);
   void publish(const ScheduleOutput& s, std::vector<transport::RequestPtr>& pending,
                std::vector<std::vector<std::byte>>& bufs);
   void post_ahead();
@@ -511,6 +512,44 @@ void Engine::relay_thread() {
   ring_out_->close();
 }
 
+// The communicator's progress loop (SiPipe §4.1): backends such as MPI and UCX move a
+// large message only while someone drives them, and the thread that started a send may be
+// blocked on something else (the next input) meanwhile; without this, a rendezvous-size
+// hidden state would wait for its sender's next test() and the pipeline would stall.
+void Engine::progress_loop(const std::atomic<bool>& finished) {
+  try {
+    auto last_check = Clock::now();
+    auto idle_sleep = opt_.progress_interval;
+    while (!finished.load(std::memory_order_relaxed) && !failed_.failed) {
+      const std::uint64_t posts = links_.post_count();
+      links_.progress();
+      // Watchdog: a rank whose only partner died may itself be waiting on a live rank
+      // that waits on it in turn; checking the host's pids names the dead one at once.
+      if (Clock::now() - last_check >= std::chrono::milliseconds(100)) {
+        last_check = Clock::now();
+        for (std::size_t r = 0; r < opt_.host_pids.size(); ++r)
+          if (static_cast<int>(r) != rank_ && !process_alive(opt_.host_pids[r]))
+            throw_error(ErrorCode::kPeerFailed, "rank {}: rank {} (pid {}, same host) died", rank_, r,
+                        opt_.host_pids[r]);
+      }
+      // Every pass wakes a thread that shares the cores with the forward, so pass often
+      // only while a send is in flight; otherwise back off (doubling) to progress_idle_max
+      // and come back at once when anything is posted. Receives alone keep the slow pace:
+      // their owners test them when they need the data (docs/runtime.md).
+      if (links_.sweep_sends() > 0) {
+        idle_sleep = opt_.progress_interval;
+        std::this_thread::sleep_for(opt_.progress_interval);
+      } else {
+        idle_sleep = std::min(idle_sleep * 2, std::max(opt_.progress_idle_max, opt_.progress_interval));
+        links_.wait_for_post(posts, idle_sleep);
+      }
+    }
+  } catch (...) {
+    failed_.set(std::current_exception());
+    tsem_.close();
+  }
+}
+
 EngineResult Engine::run() {
   std::vector<std::thread> threads;
   const bool relay = rank_ == leader_ && rank_ != 0;
@@ -526,44 +565,8 @@ EngineResult Engine::run() {
                                                      Lane::kForward);
   }
   if (opt_.tsem) threads.push_back(spawn("cpu executor", [this] { cpu_executor(); }));
-  // The communicator's progress loop (SiPipe §4.1): backends such as MPI and UCX move a
-  // large message only while someone drives them, and the thread that started a send may be
-  // blocked on something else (the next input) meanwhile; without this, a rendezvous-size
-  // hidden state would wait for its sender's next test() and the pipeline would stall.
   std::atomic<bool> finished{false};
-  std::thread progress([this, &finished] {
-    try {
-      auto last_check = Clock::now();
-      auto idle_sleep = opt_.progress_interval;
-      while (!finished.load(std::memory_order_relaxed) && !failed_.failed) {
-        const std::uint64_t posts = links_.post_count();
-        links_.progress();
-        // Watchdog: a rank whose only partner died may itself be waiting on a live rank
-        // that waits on it in turn; checking the host's pids names the dead one at once.
-        if (Clock::now() - last_check >= std::chrono::milliseconds(100)) {
-          last_check = Clock::now();
-          for (std::size_t r = 0; r < opt_.host_pids.size(); ++r)
-            if (static_cast<int>(r) != rank_ && !process_alive(opt_.host_pids[r]))
-              throw_error(ErrorCode::kPeerFailed, "rank {}: rank {} (pid {}, same host) died", rank_, r,
-                          opt_.host_pids[r]);
-        }
-        // Every pass wakes a thread that shares the cores with the forward, so pass often
-        // only while a send is in flight; otherwise back off (doubling) to progress_idle_max
-        // and come back at once when anything is posted. Receives alone keep the slow pace:
-        // their owners test them when they need the data (docs/runtime.md).
-        if (links_.sweep_sends() > 0) {
-          idle_sleep = opt_.progress_interval;
-          std::this_thread::sleep_for(opt_.progress_interval);
-        } else {
-          idle_sleep = std::min(idle_sleep * 2, std::max(opt_.progress_idle_max, opt_.progress_interval));
-          links_.wait_for_post(posts, idle_sleep);
-        }
-      }
-    } catch (...) {
-      failed_.set(std::current_exception());
-      tsem_.close();
-    }
-  });
+  std::thread progress([this, &finished] { progress_loop(finished); });
   try {
     forward_executor();
   } catch (...) {
