@@ -163,6 +163,9 @@ class StageStatsReceiver {
   std::vector<From> from_;
 };
 
+// Lowest rank of each host: rank 0 on its own host, the relay (ring producer) elsewhere.
+std::vector<int> host_leaders(const EngineGrid& g);
+
 // Vocabulary rows of TP rank k: chunks of ceil(V / t), as the vocab-parallel LM head splits.
 std::pair<int, int> vocab_range(int vocab, int tp, int k);
 
