@@ -25,7 +25,7 @@ struct RunOptions {
   bool no_cpu_sampler = false, no_tsem = false, no_sat = false;
   // Flags that stand for settings, as given (empty: not given); Config::set checks them, so
   // --max-seqs 0 is refused like --set run.max_seqs=0 rather than silently ignored.
-  std::string max_seqs, max_context, sampler_threads, kv_budget;
+  std::string max_seqs, max_context, sampler_threads, kv_budget, prefill_chunk;
 };
 
 std::atomic<bool> g_stop{false};
@@ -37,7 +37,8 @@ int run_generate(Session& s, RunOptions& o) {
   if (int rc = apply_flag_settings(s, {{"run.max_seqs", "--max-seqs", o.max_seqs},
                                        {"run.max_context", "--max-context", o.max_context},
                                        {"run.sampler_threads", "--sampler-threads", o.sampler_threads},
-                                       {"run.kv_budget", "--kv-budget", o.kv_budget}});
+                                       {"run.kv_budget", "--kv-budget", o.kv_budget},
+                                       {"run.prefill_chunk", "--prefill-chunk", o.prefill_chunk}});
       rc != 0)
     return rc;
   // A synthetic spec is checked here, on every rank, so that a bad one (n=1e14) is a usage
@@ -120,6 +121,9 @@ Action define_run(CLI::App& sub) {
   sub.add_flag("--no-sat", o->no_sat, "Ablation: structure-unaware stage transfers (size, metadata, tensors)");
   sub.add_option("--max-seqs", o->max_seqs, "Sequences in flight over all microbatches (setting run.max_seqs)");
   sub.add_option("--max-context", o->max_context, "Longest sequence (setting run.max_context)");
+  sub.add_option("--prefill-chunk", o->prefill_chunk,
+                 "Prompt tokens prefilled per iteration, beside the others' decode steps (0: whole prompts; "
+                 "setting run.prefill_chunk)");
   sub.add_option("--kv-budget", o->kv_budget, "KV-cache memory per rank, e.g. 256MiB (setting run.kv_budget)");
   sub.add_option("--sampler-threads", o->sampler_threads, "CPU sampler threads (setting run.sampler_threads)");
   sub.add_option("--seed", g.seed, "Seed of the synthetic model's weights")->capture_default_str();

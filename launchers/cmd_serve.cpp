@@ -25,7 +25,7 @@ struct ServeOptions {
   runtime::GenerateOptions gen;
   std::string host, api_key, model_name;
   // Flags that stand for settings, as given (empty: not given); Config::set checks them.
-  std::string port, max_seqs, max_context, kv_budget;
+  std::string port, max_seqs, max_context, kv_budget, prefill_chunk;
 };
 
 std::atomic<bool> g_serve_stop{false};
@@ -37,7 +37,8 @@ int apply_flags(Session& s, const ServeOptions& o) {
                                  {"serve.api_key", "--api-key", o.api_key},
                                  {"run.max_seqs", "--max-seqs", o.max_seqs},
                                  {"run.max_context", "--max-context", o.max_context},
-                                 {"run.kv_budget", "--kv-budget", o.kv_budget}});
+                                 {"run.kv_budget", "--kv-budget", o.kv_budget},
+                                 {"run.prefill_chunk", "--prefill-chunk", o.prefill_chunk}});
 }
 
 serve::ServerOptions server_options(const Config& c, const ServeOptions& o) {
@@ -191,6 +192,9 @@ Action define_serve(CLI::App& sub) {
                  "environment variable TRELLIS_API_KEY keeps it out of the process list)");
   sub.add_option("--max-seqs", o->max_seqs, "Sequences generating at once over all microbatches (run.max_seqs)");
   sub.add_option("--max-context", o->max_context, "Longest sequence, prompt + output (run.max_context)");
+  sub.add_option("--prefill-chunk", o->prefill_chunk,
+                 "Prompt tokens prefilled per iteration, beside the others' decode steps (0: whole prompts; "
+                 "run.prefill_chunk)");
   sub.add_option("--kv-budget", o->kv_budget, "KV-cache memory per rank, e.g. 256MiB (run.kv_budget)");
   sub.add_option("--seed", g.seed, "Seed of the synthetic model's weights")->capture_default_str();
   sub.add_flag("--pin-cores", g.pin_cores, "Bind each rank to the cores its placement gave it");

@@ -147,6 +147,12 @@ constexpr std::array kSettings = {
     SettingSpec{"run.max_iteration_tokens", T::kInt, "4096",
                 "Input tokens one iteration may carry (bounds prefill bursts)", "",
                 1, kMaxTokens},
+    SettingSpec{"run.prefill_chunk", T::kInt, "0",
+                "Prompt tokens prefilled per iteration (chunked prefill): a longer prompt is prefilled over "
+                "several iterations of its microbatch, each beside the decode steps of the others, so it does "
+                "not stall them; 0 prefills a whole prompt at once. At most run.max_iteration_tokens",
+                "TRELLIS_RUN_PREFILL_CHUNK",
+                0, kMaxTokens},
     SettingSpec{"run.progress_interval_us", T::kInt, "50",
                 "trellis run: microseconds the engine's progress thread sleeps between passes over its links",
                 "TRELLIS_RUN_PROGRESS_INTERVAL_US",

@@ -231,10 +231,20 @@ void Engine::send_tokens(std::int64_t iteration, const std::vector<std::int32_t>
 }
 
 void Engine::last_stage_output(const StageInput& in, const float* x, std::int64_t it) {
-  const int B = in.n_seqs(), V = stage_.vocab_end() - stage_.vocab_begin();
+  const int B = in.n_sampled(), V = stage_.vocab_end() - stage_.vocab_begin();
   auto& cols = lcols_[it & 1];
   if (logits_req_[it & 1])
     wait_request(*logits_req_[it & 1], deadline(), failed_, fmt::format("rank {}: logits send", rank_));
+  // Only prefill chunks that are not a prompt's last: no logits. The sampler (which knows it
+  // from the same scheduling output) still answers with an empty token list, so rank 0 hears
+  // that the iteration completed.
+  if (B == 0) {
+    cols.clear();
+    if (rank_ != sampler_rank_) return;
+    if (opt_.cpu_sampler) local_logits_q_.push(cols);
+    else send_tokens(in.iteration, inline_sampler_->run(in, cols.data()));
+    return;
+  }
   {
     Tracer::Span span(trace_, Lane::kForward, TraceCat::kForward, "lm head", in.iteration);
     lrows_.resize(static_cast<std::size_t>(B) * static_cast<std::size_t>(V));

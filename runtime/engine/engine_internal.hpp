@@ -188,8 +188,9 @@ class SamplerStage {
  public:
   SamplerStage(int rank, const EngineGrid& grid, transport::Link* const* shard_links, int vocab, int max_cols,
                int threads, const EngineOptions& opt, const FailureFlag& failed, Tracer& trace, Lane lane);
-  // Samples iteration `in`; `local` is this rank's shard, column-wise [vocab_local x n_seqs].
-  // Returns one token per sequence.
+  // Samples iteration `in`; `local` is this rank's shard, column-wise [vocab_local x
+  // n_sampled]. Returns one token per sampled sequence (none for a prefill chunk before the
+  // last), in order.
   const std::vector<std::int32_t>& run(const StageInput& in, const float* local);
 
  private:
@@ -204,7 +205,7 @@ class SamplerStage {
   std::vector<PenaltyState> states_;
   Sampler sampler_;
   LogitsColumns zt_;
-  std::vector<std::int32_t> cols_, out_;
+  std::vector<std::int32_t> columns_, out_;  // state columns of the sampled sequences; tokens
 };
 
 }  // namespace trellis::runtime::detail

@@ -176,6 +176,7 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   s.workload = source;
   s.techniques = fmt::format("cpu-sampler {} · tsem {} · sat {}", o.cpu_sampler ? "on" : "off", o.tsem ? "on" : "off",
                              o.sat ? "on" : "off");
+  if (eo.scheduler.prefill_chunk > 0) s.techniques += fmt::format(" · prefill chunk {}", eo.scheduler.prefill_chunk);
   s.wall_s = result.wall_s;
   s.startup = startup;
   summarize_requests(s, requests, result.results, result.start_s);

@@ -206,6 +206,11 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   sc.max_seqs_per_group = std::max<int>(1, static_cast<int>((config.get_int("run.max_seqs") + o.pp - 1) / o.pp));
   sc.max_context = static_cast<int>(std::min<std::int64_t>(config.get_int("run.max_context"), cfg.max_position_embeddings));
   sc.max_iteration_tokens = static_cast<int>(config.get_int("run.max_iteration_tokens"));
+  sc.prefill_chunk = static_cast<int>(config.get_int("run.prefill_chunk"));
+  if (sc.prefill_chunk > sc.max_iteration_tokens)
+    throw_error(ErrorCode::kInvalidArgument,
+                "run.prefill_chunk (--prefill-chunk) of {} tokens is more than an iteration holds "
+                "(run.max_iteration_tokens {})", sc.prefill_chunk, sc.max_iteration_tokens);
   auto layers = pl.layers_per_stage();
   LoadOptions lo;
   lo.first_layer = 0;

@@ -47,7 +47,7 @@ class LlamaStage final : public StageCompute {
     fill_batch(in);
     const auto H = m_.config().hidden_size;
     auto xv = kernels::TensorView::matrix(x, kernels::DType::kF32, in.n_tokens(), H);
-    auto ov = kernels::TensorView::matrix(out, kernels::DType::kF32, in.n_seqs(), m_.layout().vocab_local());
+    auto ov = kernels::TensorView::matrix(out, kernels::DType::kF32, in.n_sampled(), m_.layout().vocab_local());
     m_.local_logits(batch_, xv, ov);
   }
 
@@ -59,7 +59,7 @@ class LlamaStage final : public StageCompute {
     batch_.tokens.assign(in.tokens.begin(), in.tokens.end());
     batch_.seqs.resize(in.slots.size());
     for (std::size_t i = 0; i < in.slots.size(); ++i)
-      batch_.seqs[i] = SeqChunk{in.slots[i], in.starts[i], in.lengths[i]};
+      batch_.seqs[i] = SeqChunk{in.slots[i], in.starts[i], in.lengths[i], in.sampled[i] != 0};
     batch_.all_logits = false;
     filled_for_ = in.iteration;
   }

@@ -12,6 +12,20 @@ std::pair<int, int> vocab_range(int vocab, int tp, int k) {
   return {std::min(vocab, k * chunk), std::min(vocab, (k + 1) * chunk)};
 }
 
+}  // namespace trellis::runtime::detail
+
+namespace trellis::runtime {
+
+int StageInput::n_sampled() const {
+  int n = 0;
+  for (auto v : sampled) n += v != 0 ? 1 : 0;
+  return n;
+}
+
+}  // namespace trellis::runtime
+
+namespace trellis::runtime::detail {
+
 void prepare_input(const ScheduleOutput& s, StageInput& in) {
   in.iteration = static_cast<std::int64_t>(s.iteration);
   in.group = s.group;
@@ -22,6 +36,8 @@ void prepare_input(const ScheduleOutput& s, StageInput& in) {
   in.starts.clear();
   in.lengths.clear();
   in.fresh.clear();
+  in.prompt.clear();
+  in.sampled.clear();
   in.columns.clear();
   in.params.resize(s.seqs.size());
   for (std::size_t i = 0; i < s.seqs.size(); ++i) {
@@ -31,6 +47,8 @@ void prepare_input(const ScheduleOutput& s, StageInput& in) {
     in.starts.push_back(q.pos);
     in.lengths.push_back(q.n_tokens);
     in.fresh.push_back(q.first ? 1 : 0);
+    in.prompt.push_back(q.prompt ? 1 : 0);
+    in.sampled.push_back(q.sample ? 1 : 0);
     in.columns.push_back(q.column);
     if (q.first) in.params[i] = q.params;
   }
@@ -65,11 +83,13 @@ SamplerStage::SamplerStage(int rank, const EngineGrid& grid, transport::Link* co
 }
 
 const std::vector<std::int32_t>& SamplerStage::run(const StageInput& in, const float* local) {
-  const int B = in.n_seqs();
-  zt_.set_batch(B);
+  // Logit rows come only for the sequences that are sampled (a prefill chunk before the last
+  // has none); an iteration of chunks alone has no logits to wait for.
+  const int B = in.n_sampled();
+  if (B > 0) zt_.set_batch(B);
   // Every TP shard lands in its own row block of Z^T: concatenation without an all-gather.
   std::vector<transport::RequestPtr> recvs(static_cast<std::size_t>(grid_.tp));
-  for (int k = 0; k < grid_.tp; ++k) {
+  for (int k = 0; k < grid_.tp && B > 0; ++k) {
     auto [vb, ve] = vocab_range(vocab_, grid_.tp, k);
     auto dst = zt_.shard(vb, ve);
     if (k == grid_.tp_of(rank_)) {
@@ -79,13 +99,16 @@ const std::vector<std::int32_t>& SamplerStage::run(const StageInput& in, const f
     }
   }
   auto& state = states_[static_cast<std::size_t>(in.group)];
-  for (int j = 0; j < B; ++j) {
-    if (!in.fresh[static_cast<std::size_t>(j)]) continue;
-    auto b = in.tokens.begin();
-    std::int64_t off = 0;
-    for (int q = 0; q < j; ++q) off += in.lengths[static_cast<std::size_t>(q)];
-    state.bind(in.columns[static_cast<std::size_t>(j)], in.params[static_cast<std::size_t>(j)],
-               std::span<const std::int32_t>(&*(b + off), static_cast<std::size_t>(in.lengths[static_cast<std::size_t>(j)])));
+  columns_.clear();
+  std::size_t off = 0;
+  for (std::size_t j = 0; j < static_cast<std::size_t>(in.n_seqs()); ++j) {
+    const std::span<const std::int32_t> tokens(in.tokens.data() + off, static_cast<std::size_t>(in.lengths[j]));
+    off += tokens.size();
+    // A new sequence binds its column with its (first chunk of) prompt; later chunks of the
+    // prompt extend the marks the repetition penalty looks at.
+    if (in.fresh[j]) state.bind(in.columns[j], in.params[j], tokens);
+    else if (in.prompt[j]) state.extend_prompt(in.columns[j], tokens);
+    if (in.sampled[j]) columns_.push_back(in.columns[j]);
   }
   {
     Tracer::Span span(trace_, lane_, TraceCat::kRecv, "recv logits", in.iteration);
@@ -102,7 +125,7 @@ const std::vector<std::int32_t>& SamplerStage::run(const StageInput& in, const f
   }
   out_.resize(static_cast<std::size_t>(B));
   Tracer::Span span(trace_, lane_, TraceCat::kSample, "sample", in.iteration);
-  sampler_.sample(zt_.data(), B, state, out_, in.columns);
+  if (B > 0) sampler_.sample(zt_.data(), B, state, out_, columns_);
   return out_;
 }
 

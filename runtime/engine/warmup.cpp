@@ -17,6 +17,8 @@ StageInput make_input(const std::vector<int>& starts, const std::vector<int>& le
     in.starts.push_back(starts[j]);
     in.lengths.push_back(lengths[j]);
     in.fresh.push_back(starts[j] == 0 ? 1 : 0);  // a decode row continues its slot's prefill
+    in.prompt.push_back(starts[j] == 0 ? 1 : 0);
+    in.sampled.push_back(1);
     in.columns.push_back(static_cast<std::int32_t>(j));
     in.params.emplace_back();
     for (int i = 0; i < lengths[j]; ++i) {

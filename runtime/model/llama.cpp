@@ -16,6 +16,13 @@ std::int64_t Batch::total_tokens() const {
   return n;
 }
 
+std::int64_t Batch::logit_rows() const {
+  if (all_logits) return total_tokens();
+  std::int64_t n = 0;
+  for (const auto& s : seqs) n += s.logits ? 1 : 0;
+  return n;
+}
+
 std::vector<std::int32_t> Batch::positions() const {
   std::vector<std::int32_t> p;
   p.reserve(static_cast<std::size_t>(total_tokens()));
@@ -204,14 +211,16 @@ void LlamaModel::local_logits(const Batch& batch, const TensorView& x, const Ten
   if (!has_lm_head())
     throw_error(ErrorCode::kInvalidArgument, "local_logits() on a stage without the LM head (layers [{}, {}))", first_, last_);
   const std::int64_t R = batch.logit_rows(), H = cfg_.hidden_size;
+  if (R == 0) return;
   TensorView sel = scratch(kSelected, R, H);
   if (batch.all_logits) {
     std::memcpy(sel.data, x.data, static_cast<std::size_t>(R * H) * sizeof(float));
   } else {
-    std::int64_t row = 0;
-    for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
-      row += batch.seqs[i].n_tokens;
-      std::memcpy(sel.row_ptr(static_cast<std::int64_t>(i)), x.row_ptr(row - 1), static_cast<std::size_t>(H) * sizeof(float));
+    std::int64_t row = 0, out_row = 0;
+    for (const auto& s : batch.seqs) {
+      row += s.n_tokens;
+      if (s.logits)
+        std::memcpy(sel.row_ptr(out_row++), x.row_ptr(row - 1), static_cast<std::size_t>(H) * sizeof(float));
     }
   }
   kernels::rms_norm(ctx_, sel, final_norm_, static_cast<float>(cfg_.rms_norm_eps), sel);

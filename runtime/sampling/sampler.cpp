@@ -68,14 +68,20 @@ void PenaltyState::bind(int col, const SamplingParams& params, std::span<const s
   auto& c = cols_[static_cast<std::size_t>(col)];
   c.bound = true;
   c.params = params;
+  extend_prompt(col, prompt);
+}
+
+void PenaltyState::extend_prompt(int col, std::span<const std::int32_t> prompt) {
+  if (col < 0 || col >= max_columns_)
+    throw_error(ErrorCode::kInvalidArgument, "sampler column {} outside [0, {})", col, max_columns_);
+  auto& c = cols_[static_cast<std::size_t>(col)];
   // Only the repetition penalty looks at the prompt; skip the marks when it is off.
-  if (params.repetition_penalty != 1.0f) {
-    for (auto t : prompt) {
-      if (t < 0 || t >= vocab_) continue;
-      if (!seen_[at(t, col)]) {
-        seen_[at(t, col)] = 1;
-        c.touched.push_back(t);
-      }
+  if (c.params.repetition_penalty == 1.0f) return;
+  for (auto t : prompt) {
+    if (t < 0 || t >= vocab_) continue;
+    if (!seen_[at(t, col)]) {
+      seen_[at(t, col)] = 1;
+      c.touched.push_back(t);
     }
   }
 }

@@ -8,8 +8,9 @@ namespace trellis::runtime {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x4f535254;  // "TRSO"
-constexpr std::uint16_t kVersion = 1;
-constexpr std::uint8_t kSample = 1, kFirst = 2;
+// Version 2: the prompt bit (chunked prefill).
+constexpr std::uint16_t kVersion = 2;
+constexpr std::uint8_t kSample = 1, kFirst = 2, kPrompt = 4, kKnownBits = kSample | kFirst | kPrompt;
 
 struct Writer {
   std::vector<std::byte>& out;
@@ -94,7 +95,7 @@ void serialize(const ScheduleOutput& s, std::vector<std::byte>& out) {
     w.put(q.column);
     w.put(q.pos);
     w.put(q.n_tokens);
-    w.put(static_cast<std::uint8_t>((q.sample ? kSample : 0) | (q.first ? kFirst : 0)));
+    w.put(static_cast<std::uint8_t>((q.sample ? kSample : 0) | (q.first ? kFirst : 0) | (q.prompt ? kPrompt : 0)));
     if (q.first) put_params(w, q.params);
   }
   for (auto t : s.tokens) w.put(t);
@@ -125,8 +126,12 @@ ScheduleOutput deserialize_schedule(std::span<const std::byte> in, const char* w
     q.pos = r.get<std::int32_t>();
     q.n_tokens = r.get<std::int32_t>();
     auto bits = r.get<std::uint8_t>();
+    if ((bits & ~kKnownBits) != 0 || ((bits & kFirst) != 0 && (bits & kPrompt) == 0))
+      throw_error(ErrorCode::kCorruptInput, "{}: sequence {} has flag bits {:#x} (known: sample 1, first 2, prompt 4; "
+                  "first needs prompt)", what, q.id, bits);
     q.sample = (bits & kSample) != 0;
     q.first = (bits & kFirst) != 0;
+    q.prompt = (bits & kPrompt) != 0;
     if (q.first) q.params = get_params(r);
     if (q.n_tokens < 1 || q.pos < 0 || q.slot < 0 || q.column < 0)
       throw_error(ErrorCode::kCorruptInput, "{}: sequence {} has n_tokens {} pos {} slot {} column {}", what, q.id,

@@ -12,9 +12,9 @@ std::optional<std::string> admission_error(const SchedulerConfig& c, const Reque
   if (prompt >= c.max_context)
     return fmt::format("prompt of {} tokens does not fit the context of {} (no room for a new token)", prompt,
                        c.max_context);
-  if (prompt > c.max_iteration_tokens)
-    return fmt::format("prompt of {} tokens exceeds the {} tokens one iteration may hold", prompt,
-                       c.max_iteration_tokens);
+  if (c.prefill_chunk <= 0 && prompt > c.max_iteration_tokens)
+    return fmt::format("prompt of {} tokens exceeds the {} tokens one iteration may hold (a prefill chunk, "
+                       "--prefill-chunk, lets longer prompts in)", prompt, c.max_iteration_tokens);
   const std::int64_t need = std::min<std::int64_t>(prompt + r.sampling.max_tokens, c.max_context);
   if (need > c.kv_budget_tokens)
     return fmt::format("needs {} KV positions (prompt {} + max_tokens {}) but the KV budget holds {}; it can never fit",
@@ -28,6 +28,10 @@ Scheduler::Scheduler(SchedulerConfig config, std::vector<Request> requests)
     throw_error(ErrorCode::kInvalidArgument,
                 "scheduler: groups {} seqs/group {} KV budget {} tokens context {} must all be positive", cfg_.groups,
                 cfg_.max_seqs_per_group, cfg_.kv_budget_tokens, cfg_.max_context);
+  if (cfg_.prefill_chunk < 0 || cfg_.prefill_chunk > cfg_.max_iteration_tokens)
+    throw_error(ErrorCode::kInvalidArgument,
+                "prefill chunk of {} tokens must be 0 (whole prompts) or 1..{} (run.max_iteration_tokens)",
+                cfg_.prefill_chunk, cfg_.max_iteration_tokens);
   groups_.resize(static_cast<std::size_t>(cfg_.groups));
   for (auto& g : groups_) g.column_used.assign(static_cast<std::size_t>(cfg_.max_seqs_per_group), false);
   const int slots = cfg_.groups * cfg_.max_seqs_per_group;
@@ -111,13 +115,25 @@ std::int64_t Scheduler::reservation(const Request& r) const {
   return std::min<std::int64_t>(static_cast<std::int64_t>(r.prompt.size()) + r.sampling.max_tokens, cfg_.max_context);
 }
 
+int Scheduler::first_chunk(const Request& r) const {
+  const auto prompt = static_cast<int>(r.prompt.size());
+  return cfg_.prefill_chunk > 0 ? std::min(prompt, cfg_.prefill_chunk) : prompt;
+}
+
+int Scheduler::next_tokens(const Running& run) const {
+  const auto prompt = static_cast<int>(requests_[static_cast<std::size_t>(run.id)].prompt.size());
+  if (run.prompt_done >= prompt) return 1;
+  const int left = prompt - run.prompt_done;
+  return cfg_.prefill_chunk > 0 ? std::min(left, cfg_.prefill_chunk) : left;
+}
+
 bool Scheduler::admit_into(Group& g, double now, int& tokens_left) {
   if (waiting_.empty()) return false;
   auto col = std::find(g.column_used.begin(), g.column_used.end(), false);
   if (col == g.column_used.end()) return false;
   const auto& r = requests_[static_cast<std::size_t>(waiting_.front())];
   auto need = reservation(r);
-  if (static_cast<int>(r.prompt.size()) > tokens_left) return false;
+  if (first_chunk(r) > tokens_left) return false;
   if (kv_used_ + need > cfg_.kv_budget_tokens) {
     if (!wait_reported_[static_cast<std::size_t>(r.id)]) {
       wait_reported_[static_cast<std::size_t>(r.id)] = true;
@@ -129,7 +145,7 @@ bool Scheduler::admit_into(Group& g, double now, int& tokens_left) {
   waiting_.pop_front();
   *col = true;
   kv_used_ += need;
-  tokens_left -= static_cast<int>(r.prompt.size());
+  tokens_left -= first_chunk(r);
   Running run{r.id, free_slots_.back(), static_cast<std::int32_t>(col - g.column_used.begin()), 0, need};
   free_slots_.pop_back();
   g.running.push_back(run);
@@ -147,7 +163,8 @@ std::optional<ScheduleOutput> Scheduler::schedule(int gi, double now) {
     while (!g.running.empty()) finish(g, g.running.size() - 1, RequestStatus::kFailed, cancel_reason_, now);
     return std::nullopt;
   }
-  int tokens_left = cfg_.max_iteration_tokens - static_cast<int>(g.running.size());
+  int tokens_left = cfg_.max_iteration_tokens;
+  for (const auto& run : g.running) tokens_left -= next_tokens(run);
   while (admit_into(g, now, tokens_left)) {
   }
   if (g.running.empty()) return std::nullopt;
@@ -161,11 +178,16 @@ std::optional<ScheduleOutput> Scheduler::schedule(int gi, double now) {
     q.slot = run.slot;
     q.column = run.column;
     q.pos = run.len;
-    if (!run.prefilled) {
-      q.first = true;
-      q.params = r.sampling;
-      q.n_tokens = static_cast<std::int32_t>(r.prompt.size());
-      s.tokens.insert(s.tokens.end(), r.prompt.begin(), r.prompt.end());
+    const auto prompt = static_cast<std::int32_t>(r.prompt.size());
+    if (run.prompt_done < prompt) {
+      q.first = run.prompt_done == 0;
+      q.prompt = true;
+      if (q.first) q.params = r.sampling;
+      q.n_tokens = next_tokens(run);
+      const auto begin = r.prompt.begin() + run.prompt_done;
+      s.tokens.insert(s.tokens.end(), begin, begin + q.n_tokens);
+      run.prompt_done += q.n_tokens;
+      q.sample = run.prompt_done == prompt;  // only the last chunk yields a token
     } else {
       q.n_tokens = 1;
       s.tokens.push_back(run.next_token);
@@ -198,7 +220,13 @@ void Scheduler::complete(const ScheduleOutput& s, std::span<const std::int32_t> 
   g.in_flight = false;
   std::size_t k = 0;
   for (const auto& q : s.seqs) {
-    if (!q.sample) continue;
+    if (!q.sample) {
+      // A prefill chunk yields no token; a cancel waiting for it takes effect now.
+      auto it = std::find_if(g.running.begin(), g.running.end(), [&](const Running& r) { return r.id == q.id; });
+      if (it != g.running.end() && !it->abort_reason.empty())
+        finish(g, static_cast<std::size_t>(it - g.running.begin()), RequestStatus::kFailed, it->abort_reason, now);
+      continue;
+    }
     auto t = tokens[k++];
     auto it = std::find_if(g.running.begin(), g.running.end(), [&](const Running& r) { return r.id == q.id; });
     if (it == g.running.end()) throw_error(ErrorCode::kInternal, "scheduler: sequence {} is not running", q.id);
@@ -208,7 +236,6 @@ void Scheduler::complete(const ScheduleOutput& s, std::span<const std::int32_t> 
       finish(g, static_cast<std::size_t>(it - g.running.begin()), RequestStatus::kFailed, it->abort_reason, now);
       continue;
     }
-    it->prefilled = true;
     it->next_token = t;
     res.output.push_back(t);
     if (res.first_token_s < 0) res.first_token_s = now;

@@ -7,7 +7,8 @@
 #     SmolLM2 (skips with exit 77 when scripts/setup-models has not installed it, fails under
 #     TRELLIS_REQUIRE_PEERS=1): greedy
 #     `trellis run --chat` output at p x t in {2x1, 1x3, 2x3} equals 1x1 token for token on
-#     three chat prompts (16 new tokens), a chat answer ends at the end-of-turn id, t=2 fails
+#     three chat prompts (16 new tokens), also with chunked prefill (--prefill-chunk 5 at 1x1,
+#     7 at 2x3), a chat answer ends at the end-of-turn id, t=2 fails
 #     naming the heads and the valid t, and eval ppl at 2x3 equals 1x1 (1e-5 relative).
 set -u
 MODE="$1"; T="$2"; shift 2
@@ -68,7 +69,18 @@ for l in "1 1" "2 1" "1 3" "2 3"; do
     bad "${1}x${2} run failed"; tail -5 "$WORK/log_${1}x${2}"
   fi
 done
-for k in 2x1 1x3 2x3; do
+# Chunked prefill (the prompts are 20-40 tokens): the same tokens at 1x1 and 2x3.
+for l in "1 1 5" "2 3 7"; do
+  set -- $l
+  f="$WORK/out_${1}x${2}c$3.jsonl"
+  if run $(($1 * $2)) run --model "$GGUF" --pp $1 --tp $2 --prompts "$WORK/chat.jsonl" --chat --out "$f" \
+      --max-context 128 --prefill-chunk $3 > "$WORK/log_${1}x${2}c$3" 2>&1; then
+    out[${1}x${2}c$3]=$(tokens_of "$f")
+  else
+    bad "${1}x${2} --prefill-chunk $3 run failed"; tail -5 "$WORK/log_${1}x${2}c$3"
+  fi
+done
+for k in 2x1 1x3 2x3 1x1c5 2x3c7; do
   if [ -n "${out[1x1]:-}" ] && [ "${out[$k]:-}" = "${out[1x1]}" ]; then ok "$k greedy tokens equal 1x1"; else
     bad "$k tokens differ: ${out[$k]:-none} vs ${out[1x1]:-none}"; fi
 done

@@ -171,15 +171,17 @@ class StandInStage final : public runtime::StageCompute {
                  first_layer_);
   }
   void logits(const runtime::StageInput& in, const float* x, float* out) override {
-    int row = -1;
+    int row = -1, out_row = 0;
     const int V = ve_ - vb_;
     for (int q = 0; q < in.n_seqs(); ++q) {
       row += in.lengths[static_cast<std::size_t>(q)];
+      if (!in.sampled.empty() && in.sampled[static_cast<std::size_t>(q)] == 0) continue;  // a prefill chunk
+      const int o = out_row++;
       const float* h = x + row * kHidden;
       for (int v = vb_; v < ve_; ++v) {
         float z = 0;
         for (int d = 0; d < kHidden; ++d) z += h[d] * std::cos(0.11f * static_cast<float>(v * (d + 3)));
-        out[q * V + (v - vb_)] = 3.0f * z;
+        out[o * V + (v - vb_)] = 3.0f * z;
       }
     }
   }

@@ -145,6 +145,27 @@ TEST(Engine, GreedyIdenticalAcrossLayoutsAndToDirectDecoding) {
   }
 }
 
+TEST(Engine, ChunkedPrefillChangesNoToken) {
+  // Greedy and seeded sampling with penalties (the repetition penalty sees every chunk of
+  // the prompt): chunks of 1 and 3 tokens give the tokens of whole-prompt prefill, under
+  // every layout and with the sampler inline or on its own thread.
+  for (bool sampled : {false, true}) {
+    auto reqs = workload(sampled);
+    auto whole = run_layout(1, 1, reqs, base_options());
+    expect_clean(whole);
+    for (int chunk : {1, 3})
+      for (auto [pp, tp] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 2}}) {
+        auto opt = base_options();
+        opt.scheduler.prefill_chunk = chunk;
+        opt.cpu_sampler = pp != 2 || tp != 1;
+        auto r = run_layout(pp, tp, reqs, opt);
+        expect_clean(r);
+        EXPECT_EQ(outputs(r), outputs(whole)) << "chunk " << chunk << " pp " << pp << " tp " << tp << " sampled "
+                                              << sampled;
+      }
+  }
+}
+
 TEST(Engine, TwoEmulatedHostsRelayTheSchedule) {
   auto reqs = workload(false);
   auto single = run_layout(1, 1, reqs, base_options());

@@ -68,6 +68,7 @@ TEST(Schedule, WireRoundTripAndCorruption) {
   a.pos = 0;
   a.n_tokens = 3;
   a.first = true;
+  a.prompt = true;
   a.params.temperature = 0.5f;
   a.params.top_k = 9;
   a.params.seed = 123;
@@ -365,4 +366,109 @@ TEST(Scheduler, LiveAddAbortAndForget) {
   EXPECT_TRUE(s.requests()[1].prompt.empty());
   EXPECT_TRUE(s.add(make_request(4, 4, 10), 5));
   EXPECT_FALSE(s.done());
+}
+
+TEST(Scheduler, ChunkedPrefillSplitsLongPromptsAndSamplesOnlyTheLastChunk) {
+  SchedulerConfig cfg{1, 3, 1000, 64, 8};
+  cfg.prefill_chunk = 4;
+  // Prompt 10 > the 8 tokens of an iteration: admitted only because it is chunked.
+  std::vector<Request> reqs{make_request(0, 10, 3), make_request(1, 2, 5)};
+  Scheduler s(cfg, reqs);
+  EXPECT_EQ(s.results()[0].status, RequestStatus::kPending);
+  // Iteration 1: request 0's first chunk (4) and request 1's whole prompt (2): 6 <= 8.
+  auto a = s.schedule(0, 0);
+  ASSERT_TRUE(a);
+  ASSERT_EQ(a->seqs.size(), 2u);
+  EXPECT_TRUE(a->seqs[0].first && a->seqs[0].prompt && !a->seqs[0].sample);
+  EXPECT_EQ(a->seqs[0].n_tokens, 4);
+  EXPECT_TRUE(a->seqs[1].first && a->seqs[1].sample);
+  EXPECT_EQ(std::vector<std::int32_t>(a->tokens.begin(), a->tokens.begin() + 4),
+            std::vector<std::int32_t>(reqs[0].prompt.begin(), reqs[0].prompt.begin() + 4));
+  EXPECT_EQ(a->n_sampled(), 1);
+  s.complete(*a, std::vector<std::int32_t>{77}, 1);
+  // Iteration 2: the second chunk (not first, still a prompt) beside a decode step.
+  auto b = s.schedule(0, 1);
+  ASSERT_TRUE(b);
+  EXPECT_FALSE(b->seqs[0].first);
+  EXPECT_TRUE(b->seqs[0].prompt && !b->seqs[0].sample);
+  EXPECT_EQ(b->seqs[0].pos, 4);
+  EXPECT_EQ(b->seqs[0].n_tokens, 4);
+  EXPECT_FALSE(b->seqs[1].prompt);
+  EXPECT_EQ(b->seqs[1].n_tokens, 1);
+  EXPECT_EQ(b->tokens.back(), 77);
+  s.complete(*b, std::vector<std::int32_t>{78}, 2);
+  // Iteration 3: the last 2 prompt tokens, sampled.
+  auto c = s.schedule(0, 2);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->seqs[0].pos, 8);
+  EXPECT_EQ(c->seqs[0].n_tokens, 2);
+  EXPECT_TRUE(c->seqs[0].sample && c->seqs[0].prompt);
+  EXPECT_LT(s.results()[0].first_token_s, 0);  // no token before the last chunk
+  s.complete(*c, std::vector<std::int32_t>{90, 79}, 3);
+  EXPECT_EQ(s.results()[0].output, (std::vector<std::int32_t>{90}));
+  EXPECT_EQ(s.results()[0].first_token_s, 3);
+  // The rest behaves as without chunks, and the fake model's positions check every chunk.
+  drive(s, 1);
+  ASSERT_TRUE(s.done());
+  EXPECT_EQ(s.results()[0].output, (std::vector<std::int32_t>{90, 1000 + 11, 1000 + 12}));
+  EXPECT_EQ(s.kv_used_tokens(), 0);
+}
+
+TEST(Scheduler, ChunkedPrefillKeepsEveryIterationWithinItsTokensAndAbortsMidPrompt) {
+  SchedulerConfig cfg{2, 2, 4000, 256, 16};
+  cfg.prefill_chunk = 5;
+  std::vector<Request> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back(make_request(i, 3 + 7 * i, 4));
+  Scheduler s(cfg, reqs);
+  std::vector<std::optional<ScheduleOutput>> inflight(2);
+  double now = 0;
+  bool aborted = false;
+  for (int it = 0; it < 10000 && !s.done(); ++it)
+    for (int g = 0; g < 2; ++g) {
+      auto& f = inflight[static_cast<std::size_t>(g)];
+      if (f) {
+        std::vector<std::int32_t> toks;
+        for (const auto& q : f->seqs)
+          if (q.sample) toks.push_back(1000 + q.pos + q.n_tokens);
+        s.complete(*f, toks, now += 1);
+        f.reset();
+      }
+      f = s.schedule(g, now);
+      if (!f) continue;
+      EXPECT_LE(f->n_tokens(), 16);
+      for (const auto& q : f->seqs) {
+        EXPECT_LE(q.n_tokens, 5);
+        // Request 6 (45 prompt tokens) is cancelled in the middle of its prefill.
+        if (q.id == 6 && q.pos >= 10 && !aborted) {
+          s.abort(6, "client gone", now);
+          aborted = true;
+        }
+      }
+    }
+  ASSERT_TRUE(s.done());
+  EXPECT_TRUE(aborted);
+  EXPECT_EQ(s.results()[6].status, RequestStatus::kFailed);
+  EXPECT_TRUE(s.results()[6].output.empty());
+  for (int i = 0; i < 8; ++i) {
+    if (i == 6) continue;
+    const auto& r = s.results()[static_cast<std::size_t>(i)];
+    EXPECT_EQ(r.status, RequestStatus::kFinished) << i;
+    ASSERT_EQ(r.output.size(), 4u) << i;
+    EXPECT_EQ(r.output.back(), 1000 + 3 + 7 * i + 3) << i;
+  }
+  EXPECT_EQ(s.kv_used_tokens(), 0);
+}
+
+TEST(Scheduler, PrefillChunkIsCheckedAndLongPromptsNeedIt) {
+  SchedulerConfig cfg{1, 2, 1000, 64, 8};
+  cfg.prefill_chunk = 9;
+  EXPECT_THROW(Scheduler(cfg, {}), Error);
+  cfg.prefill_chunk = -1;
+  EXPECT_THROW(Scheduler(cfg, {}), Error);
+  cfg.prefill_chunk = 0;
+  auto why = admission_error(cfg, make_request(0, 10, 2));
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("--prefill-chunk"), std::string::npos) << *why;
+  cfg.prefill_chunk = 8;
+  EXPECT_FALSE(admission_error(cfg, make_request(0, 10, 2)));
 }

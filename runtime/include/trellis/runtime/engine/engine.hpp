@@ -57,10 +57,14 @@ struct StageInput {
   std::vector<std::int32_t> starts;     // per sequence: position of its first token
   std::vector<std::int32_t> lengths;    // per sequence: tokens in this iteration
   std::vector<std::int32_t> fresh;      // per sequence: 1 on its first iteration
+  std::vector<std::int32_t> prompt;     // per sequence: 1 when its tokens are prompt tokens
+  std::vector<std::int32_t> sampled;    // per sequence: 1 when a token is drawn for it (a
+                                        // prefill chunk before the last is not)
   std::vector<std::int32_t> columns;    // per sequence: its sampler column in the group
   std::vector<SamplingParams> params;   // per sequence: settings (meaningful when fresh)
   int n_tokens() const { return static_cast<int>(tokens.size()); }
   int n_seqs() const { return static_cast<int>(slots.size()); }
+  int n_sampled() const;
 };
 
 // What a stage computes; the Llama adapter (make_llama_stage) is the real one. Called from
@@ -76,8 +80,8 @@ class StageCompute {
   // Runs this stage's blocks on x[T, H] (in place; stage 0 embeds in.tokens first and ignores
   // x's contents). Records a span per block on `trace`.
   virtual void forward(const StageInput& in, float* x, Tracer& trace) = 0;
-  // Last stage: this rank's logits for the last token of every sequence, row-major
-  // [n_seqs, vocab_end - vocab_begin].
+  // Last stage: this rank's logits for the last token of every sampled sequence, row-major
+  // [n_sampled, vocab_end - vocab_begin]. Not called when nothing is sampled.
   virtual void logits(const StageInput& in, const float* x, float* out) = 0;
 };
 

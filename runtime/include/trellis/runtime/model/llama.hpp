@@ -87,16 +87,19 @@ struct SeqChunk {
   int slot = 0;
   std::int64_t start_pos = 0;
   std::int64_t n_tokens = 1;
+  // Whether the last new token gets a logits row (unless all_logits): false for a prefill
+  // chunk that is not the prompt's last (nothing is sampled after it).
+  bool logits = true;
 };
 
 struct Batch {
   std::vector<std::int32_t> tokens;  // all new tokens, sequence after sequence (stage 0)
   std::vector<SeqChunk> seqs;
-  // Which rows get logits: the last token of each sequence, or every token.
+  // Which rows get logits: the last token of each sequence with `logits` set, or every token.
   bool all_logits = false;
 
   std::int64_t total_tokens() const;
-  std::int64_t logit_rows() const { return all_logits ? total_tokens() : static_cast<std::int64_t>(seqs.size()); }
+  std::int64_t logit_rows() const;
   // Positions of every new token (row order), for RoPE.
   std::vector<std::int32_t> positions() const;
   // Convenience: one decode step (one token per sequence) for slots 0..B-1 at `lengths`.

@@ -65,6 +65,9 @@ class PenaltyState {
   // Puts a new sequence into column `col` (clearing what the previous one left) with its
   // settings and prompt; `generated` is how many tokens it already has (0 for a new one).
   void bind(int col, const SamplingParams& params, std::span<const std::int32_t> prompt);
+  // More of column `col`'s prompt (the next chunk of a chunked prefill): marked as seen like
+  // the part given to bind().
+  void extend_prompt(int col, std::span<const std::int32_t> prompt);
   // Frees column `col` (clears its marks).
   void release(int col);
   // Records token `t` as produced for column `col` (count, seen mark, step).

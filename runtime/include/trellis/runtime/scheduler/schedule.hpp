@@ -5,13 +5,16 @@
 // appear in a fixed order; their input tokens are concatenated in that order (a prefill
 // contributes its whole prompt, a decode step one token). A sequence with `sample` set gets
 // one new token at the end of this iteration; the logits rows of the iteration are those
-// sequences, in order. `column` is the sequence's fixed column in its group's sampler state
+// sequences, in order (an iteration may have none: every sequence in it is in the middle of
+// a chunked prefill). `prompt` marks tokens that are prompt tokens: a whole prompt, or one
+// chunk of it (run.prefill_chunk), of which only the last is sampled. `column` is the sequence's fixed column in its group's sampler state
 // (stable for its lifetime, so penalties update incrementally), `slot` its KV-cache slot on
 // every rank. A new sequence (`first`) carries its sampling settings for the sampler.
 //
 // Wire format (little-endian): header {magic "TRSO", u16 version, u16 flags, u64 iteration,
 // u32 group, u32 n_seqs, u32 n_tokens}, then per sequence {i64 id, i32 slot, i32 column,
-// i32 pos, i32 n_tokens, u8 bits, [settings when first]}, then n_tokens i32 tokens. A
+// i32 pos, i32 n_tokens, u8 bits {1 sample, 2 first, 4 prompt}, [settings when first]}, then
+// n_tokens i32 tokens. A
 // decode step of B sequences costs 28 + 25*B bytes.
 #pragma once
 
@@ -32,6 +35,7 @@ struct ScheduledSeq {
   std::int32_t n_tokens = 0;
   bool sample = true;       // a token is drawn for it after this iteration
   bool first = false;       // first iteration of this sequence (prefill from position 0)
+  bool prompt = false;      // the tokens are prompt tokens (set whenever first is)
   SamplingParams params;    // meaningful when first
 };
 

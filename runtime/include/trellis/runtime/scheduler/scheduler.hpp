@@ -11,7 +11,14 @@
 // (capped by the context) when it is admitted, so a running sequence never runs out. A
 // request that needs more than the whole budget, or whose prompt does not fit the context,
 // is rejected with the reason; one that does not fit now waits (FIFO) and the wait is
-// reported once with the occupancy. Prompts are prefilled in one iteration.
+// reported once with the occupancy.
+//
+// Prefill. With prefill_chunk = 0 a prompt is prefilled in one iteration. With C > 0 a prompt
+// longer than C is prefilled C tokens per iteration of its group, each chunk sharing the
+// forward with the decode steps of the group's other sequences (so a long prompt no longer
+// stalls them for a whole-prompt forward, and its own first token comes after
+// ceil(prompt / C) iterations); only the last chunk is sampled. The iteration's token limit
+// counts chunks, so with chunking a prompt may be longer than one iteration holds.
 //
 // Threading: one thread at a time.
 #pragma once
@@ -34,6 +41,8 @@ struct SchedulerConfig {
   std::int64_t kv_budget_tokens = 0; // positions of KV cache every rank can hold
   int max_context = 2048;            // longest sequence (prompt + output)
   int max_iteration_tokens = 4096;   // input tokens per iteration (limits prefill bursts)
+  int prefill_chunk = 0;             // prompt tokens per iteration (0: the whole prompt at once);
+                                     // at most max_iteration_tokens
 };
 
 // Why `r` can never run under `limits` (prompt longer than the context, more KV positions
@@ -95,7 +104,7 @@ class Scheduler {
     std::int32_t slot, column;
     std::int32_t len;        // tokens in the KV cache after the in-flight iteration
     std::int64_t reserved;   // KV positions reserved
-    bool prefilled = false;
+    std::int32_t prompt_done = 0;  // prompt tokens scheduled so far (chunked prefill)
     std::int32_t next_token = -1;
     std::string abort_reason;  // set: leaves when its in-flight iteration completes
   };
@@ -105,6 +114,9 @@ class Scheduler {
     bool in_flight = false;
   };
   bool admit_into(Group& g, double now, int& tokens_left);
+  // Input tokens of `run`'s next iteration: its next prompt chunk, or 1 (a decode step).
+  int next_tokens(const Running& run) const;
+  int first_chunk(const Request& r) const;
   void finish(Group& g, std::size_t index, RequestStatus status, std::string reason, double now);
   std::int64_t reservation(const Request& r) const;
   void enqueue(std::size_t i);
