@@ -11,6 +11,7 @@ find_package(fmt REQUIRED)
 find_package(Boost 1.74 REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 of checkpoint manifests
 if(TRELLIS_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -44,5 +44,6 @@ Action define_topo(CLI::App& sub);
 Action define_plan(CLI::App& sub);
 Action define_study_variants(CLI::App& sub);
 Action define_eval_ppl(CLI::App& sub);
+Action define_verify_model(CLI::App& sub);
 
 }  // namespace trellis::launchers

@@ -34,6 +34,11 @@ class GgufReader final : public CheckpointReader {
 
   void read_slice(std::string_view name, const Slice& s, ElemType out_type, void* dst) const override;
   void read_slice_raw(std::string_view name, const Slice& s, void* dst) const override;
+  std::span<const std::byte> stored_bytes(std::string_view name) const override {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) throw_error(ErrorCode::kNotFound, "{}: no tensor '{}'", file_->name(), name);
+    return file_->tensor_bytes(*entries_[it->second].stored);
+  }
 
  private:
   std::shared_ptr<const gguf::GgufFile> file_;

@@ -33,6 +33,12 @@ void CheckpointReader::read_slice_raw(std::string_view name, const Slice&, void*
               t.file, name, t.dtype);
 }
 
+std::span<const std::byte> CheckpointReader::stored_bytes(std::string_view name) const {
+  (void)require(name);
+  throw_error(ErrorCode::kUnsupported, "{}: tensor '{}': this checkpoint has no stored bytes to check (it is not read "
+              "from a file)", describe(), name);
+}
+
 std::unique_ptr<CheckpointReader> open_checkpoint(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) throw_error(ErrorCode::kNotFound, "checkpoint {} does not exist", path.string());

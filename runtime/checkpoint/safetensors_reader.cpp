@@ -64,6 +64,13 @@ class SafetensorsReader final : public CheckpointReader {
   }
 
   std::string describe() const override { return where_; }
+
+  std::span<const std::byte> stored_bytes(std::string_view name) const override {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) throw_error(ErrorCode::kNotFound, "{}: tensor '{}' not found", where_, name);
+    const Location& loc = where_of_[it->second];
+    return loc.file->bytes().subspan(loc.begin, loc.end - loc.begin);
+  }
   const std::vector<TensorInfo>& tensors() const override { return infos_; }
 
   const TensorInfo* find(std::string_view name) const override {

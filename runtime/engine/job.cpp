@@ -163,7 +163,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   const auto link_plan = transport::plan_links(pl, transport::SelectionPolicy::from_config(config));
   for (int s = 0; s < o.pp; ++s) {
     std::vector<int> members;
-    for (int j = 0; j < o.tp; ++j) members.push_back(grid.rank_at(s, j));
+    for (int k = 0; k < o.tp; ++k) members.push_back(grid.rank_at(s, k));
     // --transport also steers the TP all-reduce (unless comm.coll_algorithm names one).
     auto go = transport::follow_transport(transport::GroupOptions::from_config(config),
                                           link_plan.tp_groups[static_cast<std::size_t>(s)]);

@@ -3,6 +3,8 @@
 // chunks, after its full shape and stored dtype were checked against the config.
 #include <fmt/ranges.h>
 
+#include <cmath>
+
 #include "llama_internal.hpp"
 #include "trellis/core/error.hpp"
 
@@ -81,6 +83,15 @@ struct Loader {
   Tensor vector_f32(const std::string& name, std::int64_t n) const {
     Tensor t = Tensor::empty(kernels::DType::kF32, {n});
     read(name, {n}, {0, 1, 0, n}, ElemType::kF32, t.ptr<float>());
+    // Norm weights and biases are small and a flipped exponent bit in one turns a whole layer's
+    // output into NaN or Inf: cheap to check at every load (trellis verify-model checks every
+    // byte against a manifest).
+    const float* v = t.ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(v[i]))
+        throw_error(ErrorCode::kCorruptInput, "{}: tensor '{}' element {} is {} (a norm or bias must be finite; "
+                    "the file is damaged: trellis verify-model checks it against its manifest)",
+                    reader.describe(), name, i, v[i]);
     return t;
   }
 };

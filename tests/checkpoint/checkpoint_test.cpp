@@ -3,14 +3,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 
 #include "trellis/core/error.hpp"
+#include "trellis/runtime/checkpoint/manifest.hpp"
 #include "trellis/runtime/checkpoint/reader.hpp"
 #include "trellis/runtime/checkpoint/safetensors.hpp"
 
@@ -245,6 +248,111 @@ TEST(SafetensorsCorrupt, RandomBytesNeverCrash) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("mut"), std::string::npos);
     }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Manifest, Sha256KnownAnswers) {
+  // FIPS 180-2 examples.
+  EXPECT_EQ(sha256_hex({}), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  const std::string abc = "abc";
+  EXPECT_EQ(sha256_hex(std::as_bytes(std::span(abc.data(), abc.size()))),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Manifest, EveryFlippedByteIsFoundAndNamed) {
+  auto dir = temp_dir("manifest");
+  auto specs = sample_specs();
+  const auto file = dir / "model.safetensors";
+  write_safetensors(file, specs, [&](std::size_t k, std::span<std::byte> o) { fill(specs, k, o); });
+  const auto clean = compute_manifest(*open_checkpoint(dir));
+  ASSERT_EQ(clean.tensors.size(), 4u);
+  EXPECT_EQ(clean.total_bytes(), 6u * 10 * 4 + 8 * 4 * 2 + 5 * 3 * 2 + 7 * 4);
+  // Round trip through JSON.
+  const auto back = parse_manifest(manifest_to_json(clean), "test");
+  EXPECT_TRUE(compare_manifests(clean, back).ok());
+  // Flip one bit of every data byte in turn (the header is checked by the parser): each
+  // flip is reported as exactly the tensor that holds the byte.
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::uint64_t header = 0;
+  for (int b = 0; b < 8; ++b) header |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[static_cast<std::size_t>(b)])) << (8 * b);
+  const std::size_t data = 8 + header;
+  int checked = 0;
+  for (std::size_t at = data; at < bytes.size(); at += 7) {
+    std::string bad = bytes;
+    bad[at] = static_cast<char>(bad[at] ^ 0x04);
+    std::ofstream(file, std::ios::binary | std::ios::trunc).write(bad.data(), static_cast<std::streamsize>(bad.size()));
+    auto diff = compare_manifests(clean, compute_manifest(*open_checkpoint(dir)));
+    ASSERT_EQ(diff.changed.size(), 1u) << "byte " << at;
+    EXPECT_TRUE(diff.missing.empty() && diff.extra.empty() && diff.reshaped.empty());
+    // Which tensor holds byte `at`: the file's own header says (data_offsets).
+    const auto head = nlohmann::json::parse(bytes.substr(8, header));
+    std::string holder;
+    for (const auto& [name, e] : head.items()) {
+      if (name == "__metadata__") continue;
+      const auto begin = data + e["data_offsets"][0].get<std::size_t>(), end = data + e["data_offsets"][1].get<std::size_t>();
+      if (at >= begin && at < end) holder = name;
+    }
+    EXPECT_EQ(diff.changed[0], holder) << "byte " << at;
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+  fs::remove_all(dir);
+}
+
+TEST(Manifest, MissingExtraReshapedAndBadManifests) {
+  Manifest a;
+  a.model = "m";
+  a.tensors = {{"x", "F32", {2, 2}, 16, std::string(64, 'a')}, {"y", "F32", {4}, 16, std::string(64, 'b')},
+               {"z", "F32", {1}, 4, std::string(64, 'c')}};
+  Manifest b = a;
+  b.tensors.erase(b.tensors.begin());                       // x missing
+  b.tensors[0].shape = {2, 2};                               // y reshaped
+  b.tensors.push_back({"w", "F32", {1}, 4, std::string(64, 'd')});  // w extra
+  auto d = compare_manifests(a, b);
+  EXPECT_EQ(d.missing, std::vector<std::string>{"x"});
+  EXPECT_EQ(d.reshaped, std::vector<std::string>{"y"});
+  EXPECT_EQ(d.extra, std::vector<std::string>{"w"});
+  EXPECT_TRUE(d.changed.empty());
+  EXPECT_NE(d.describe().find("'x': in the manifest, not in the model"), std::string::npos) << d.describe();
+  EXPECT_NE(d.describe(1).find("... and 2 more"), std::string::npos) << d.describe(1);
+
+  const auto good = nlohmann::json::parse(manifest_to_json(a));
+  auto broken = [&](auto edit) {
+    auto j = good;
+    edit(j);
+    return j.dump();
+  };
+  expect_error([&] { parse_manifest("not json", "m.json"); }, {"m.json", "not JSON"}, ErrorCode::kCorruptInput);
+  expect_error([&] { parse_manifest(broken([](auto& j) { j["format"] = "other"; }), "m.json"); }, {"format"},
+               ErrorCode::kCorruptInput);
+  expect_error([&] { parse_manifest(broken([](auto& j) { j["version"] = 9; }), "m.json"); }, {"version 9"},
+               ErrorCode::kCorruptInput);
+  expect_error([&] { parse_manifest(broken([](auto& j) { j["tensors"][1].erase("sha256"); }), "m.json"); },
+               {"tensor entry 1", "sha256"}, ErrorCode::kCorruptInput);
+  expect_error([&] { parse_manifest(broken([](auto& j) { j["tensors"][0]["sha256"] = "XYZ"; }), "m.json"); },
+               {"tensor entry 0", "64 lower-case hex"}, ErrorCode::kCorruptInput);
+  expect_error([&] { parse_manifest(broken([](auto& j) { j["tensors"][2]["bytes"] = "four"; }), "m.json"); },
+               {"tensor entry 2", "\"bytes\"", "wrong type"}, ErrorCode::kCorruptInput);
+  expect_error([&] { parse_manifest(broken([](auto& j) { j["tensors"][2]["name"] = "x"; }), "m.json"); },
+               {"'x' is listed twice"}, ErrorCode::kCorruptInput);
+  std::string deep = "{\"tensors\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  expect_error([&] { parse_manifest(deep, "m.json"); }, {"nested deeper"}, ErrorCode::kCorruptInput);
+}
+
+TEST(Manifest, DefaultPathBesideTheModelOrInTheCache) {
+  auto dir = temp_dir("mpath");
+  EXPECT_EQ(default_manifest_path(dir / "model.gguf"), dir / "model.gguf.manifest.json");
+  EXPECT_EQ(default_manifest_path(dir), dir / "trellis.manifest.json");
+  if (::geteuid() != 0) {  // root may write anywhere: the read-only case needs a normal user
+    fs::permissions(dir, fs::perms::owner_write, fs::perm_options::remove);
+    auto p = default_manifest_path(dir / "model.gguf");
+    EXPECT_NE(p.string().find("trellis/manifests/model.gguf-"), std::string::npos) << p;
+    fs::permissions(dir, fs::perms::owner_write, fs::perm_options::add);
   }
   fs::remove_all(dir);
 }

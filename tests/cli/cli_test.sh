@@ -73,6 +73,23 @@ check "sbatch script is not a step"    0 "not a job step" -- \
   "${NOMPI[@]}" SLURM_NTASKS=4 SLURM_JOB_NUM_NODES=2 SLURM_JOB_NODELIST="n[1-2]" "$T" info
 check "--json says its version"       0 '"trellis_version": "0.'   -- "$T" run --preset tiny --prompt hi --max-tokens 1 --json
 check "topo --json says its version"   0 '"trellis_version"'     -- "$T" topo --synthetic hosts=1,gpus=2 --json
+# verify-model: the first run writes the manifest, the second matches it, a flipped byte in
+# the middle of the file (weights) is named, a missing manifest named with --manifest is 2.
+VM=$(mktemp -d)
+"$T" make-model --preset tiny --format gguf --dtype q8_0 --out "$VM" >/dev/null 2>&1
+check "verify-model writes manifest"  0 "wrote manifest $VM/model.gguf.manifest.json" -- "$T" verify-model --model "$VM/model.gguf"
+check "verify-model matches"          0 "ok: all"               -- "$T" verify-model --model "$VM/model.gguf"
+/usr/bin/python3 - "$VM/model.gguf" <<'PY'
+import os, sys
+p = sys.argv[1]; n = os.path.getsize(p)
+with open(p, "r+b") as f:
+    f.seek(n // 2); b = f.read(1); f.seek(n // 2); f.write(bytes([b[0] ^ 0x20]))
+PY
+check "verify-model names the tensor" 1 "bytes differ (SHA-256 mismatch)" -- "$T" verify-model --model "$VM/model.gguf"
+check "verify-model --json mismatch"  1 '"ok":false'            -- "$T" verify-model --model "$VM/model.gguf" --json
+check "verify-model missing manifest" 2 "no such file"          -- "$T" verify-model --model "$VM/model.gguf" --manifest "$VM/none.json"
+check "verify-model needs --model"    2 "--model PATH is required" -- "$T" verify-model
+rm -rf "$VM"
 if "$T" info --json | /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["world"]["size"]==1' ; then
   echo "ok   info --json is valid JSON"; else echo "FAIL info --json is not valid JSON"; fails=$((fails+1)); fi
 echo "$fails failed"

@@ -1,5 +1,7 @@
 // Checkpoints that disagree with their config: each error names the file and the tensor.
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "model_test_util.hpp"
@@ -85,4 +87,26 @@ TEST(ModelCorrupt, MissingTensorInShardedCheckpoint) {
   std::ofstream(dir / "model.safetensors.index.json", std::ios::trunc) << index.dump();
   expect_error([&] { load(dir); }, {"model-00042-of-00042.safetensors", "lm_head.weight"});
   std::filesystem::remove_all(dir);
+}
+
+TEST(ModelCorrupt, NonFiniteNormIsRefusedNamingTheTensor) {
+  // A flipped exponent bit turns a norm weight into Inf or NaN: the whole layer's output would
+  // be NaN. Every value of a norm is checked at load.
+  auto cfg = model_preset("tiny");
+  auto specs = model_tensor_specs(cfg, "F32");
+  std::size_t norm = specs.size();
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].name == "model.layers.2.post_attention_layernorm.weight") norm = i;
+  ASSERT_LT(norm, specs.size());
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    auto dir = temp_dir("nan-norm");
+    std::ofstream(dir / "config.json") << to_config_json(cfg);
+    write_safetensors(dir / "model.safetensors", specs, [&](std::size_t i, std::span<std::byte> o) {
+      std::vector<float> v(o.size() / sizeof(float), 1.0f);
+      if (i == norm) v[5] = bad;
+      std::memcpy(o.data(), v.data(), o.size());
+    });
+    expect_error([&] { load(dir); }, {"model.layers.2.post_attention_layernorm.weight", "element 5", "finite"});
+    std::filesystem::remove_all(dir);
+  }
 }

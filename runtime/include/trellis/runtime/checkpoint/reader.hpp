@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -95,6 +96,11 @@ class CheckpointReader {
   // format without block types: the default) or kInvalidArgument (slice outside the shape or
   // not on block boundaries), naming the file and the tensor.
   virtual void read_slice_raw(std::string_view name, const Slice& slice, void* dst) const;
+
+  // The bytes tensor `name` occupies in its file, exactly as stored (no conversion, GGUF's
+  // row order), for integrity checks (checkpoint/manifest.hpp). Valid while the reader
+  // lives. Throws kNotFound, or kUnsupported for a reader without a file (the default).
+  virtual std::span<const std::byte> stored_bytes(std::string_view name) const;
 
   // The model's configuration as Hugging Face config.json text (the safetensors readers
   // return the config.json beside the weights; a GGUF reader synthesises one from its
