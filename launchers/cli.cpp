@@ -6,6 +6,7 @@
 #include <map>
 
 #include "commands.hpp"
+#include "cpu_binding.hpp"
 #include "environment.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/log.hpp"
@@ -127,6 +128,7 @@ int run_action(const Action& action, Config config, bool sweep_shm) {
   }
   if (sweep_shm) sweep_shared_memory();
   try {
+    bind_host_ranks(session);
     return action(session);
   } catch (const std::exception& e) {
     const auto* err = dynamic_cast<const Error*>(&e);

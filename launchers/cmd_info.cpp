@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "json_output.hpp"
+#include "trellis/core/process.hpp"
 #include "trellis/core/shm_names.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/kernels/library.hpp"
@@ -150,10 +151,24 @@ void print_launch(const LaunchInfo& l) {
   if (!line.empty()) std::cout << "  " << line << "\n";
 }
 
+// "0-3,8" for {0,1,2,3,8}; "?" when unknown.
+std::string cpu_list(const std::vector<int>& cpus) {
+  if (cpus.empty()) return "?";
+  std::string out;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    out += fmt::format("{}{}", out.empty() ? "" : ",", j == i ? std::to_string(cpus[i])
+                                                              : fmt::format("{}-{}", cpus[i], cpus[j]));
+    i = j + 1;
+  }
+  return out;
+}
+
 int run_info(Session& s, const InfoOptions& o) {
   // Every rank reports where it runs; rank 0 prints the whole world.
   nlohmann::json me = {{"rank", s.rank()}, {"host", s.world().hostname()}, {"pid", ::getpid()},
-                       {"local_rank", s.launch.local_rank}};
+                       {"local_rank", s.launch.local_rank}, {"cpus", allowed_cpus()}};
   if (!s.launch.slurm_node.empty()) me["slurm_node"] = s.launch.slurm_node;
   if (s.launch.slurm_task >= 0) me["slurm_task"] = s.launch.slurm_task;
   auto all = transport::allgather_strings(s.world(), me.dump(), s.deadline());
@@ -180,8 +195,9 @@ int run_info(Session& s, const InfoOptions& o) {
                            s.under_mpirun ? "under " + s.launch.launcher() : "single process, no MPI");
   for (const auto& r : ranks) {
     const int local = r.value("local_rank", -1);
-    std::cout << fmt::format("  rank {:<4} host {:<20} local {:<4} pid {}{}\n", r["rank"].get<int>(),
+    std::cout << fmt::format("  rank {:<4} host {:<20} local {:<4} pid {:<8} cpus {}{}\n", r["rank"].get<int>(),
                              r["host"].get<std::string>(), local >= 0 ? std::to_string(local) : "-", r["pid"].get<int>(),
+                             cpu_list(r.value("cpus", std::vector<int>{})),
                              r.contains("slurm_node") && r["slurm_node"] != r["host"]
                                  ? " (Slurm node " + r["slurm_node"].get<std::string>() + ")"
                                  : "");

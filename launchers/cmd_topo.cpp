@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "json_output.hpp"
 #include "trellis/core/error.hpp"
+#include "trellis/core/process.hpp"
 #include "trellis/topology/discovery.hpp"
 #include "trellis/topology/placement.hpp"
 #include "trellis/transport/selection.hpp"
@@ -33,16 +34,6 @@ struct TopoOptions {
   std::string transport;  // --transport; empty: setting comm.transport
 };
 
-std::vector<int> my_cpus() {
-  std::vector<int> cpus;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
-}
-
 // Every rank must take part in live discovery (it is a collective); files and specs are
 // read by rank 0 alone.
 topology::Topology load(Session& s, const TopoOptions& o) {
@@ -62,7 +53,7 @@ topology::Topology load(Session& s, const TopoOptions& o) {
   topology::AllgatherFn gather = [&s](const std::string& text) {
     return transport::allgather_strings(s.world(), text, s.deadline());
   };
-  return topology::gather_topology(mine, s.rank(), static_cast<int>(::getpid()), my_cpus(), gather);
+  return topology::gather_topology(mine, s.rank(), static_cast<int>(::getpid()), allowed_cpus(), gather);
 }
 
 topology::PlaceOptions place_options(const TopoOptions& o) {

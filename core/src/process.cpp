@@ -1,5 +1,6 @@
 #include "trellis/core/process.hpp"
 
+#include <sched.h>
 #include <signal.h>
 
 #include <cerrno>
@@ -20,6 +21,16 @@ bool process_alive(std::int64_t pid) {
   if (paren == std::string::npos || paren + 2 >= line.size()) return true;
   const char state = line[paren + 2];
   return state != 'Z' && state != 'X';
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
 }
 
 }  // namespace trellis

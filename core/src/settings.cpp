@@ -35,6 +35,11 @@ constexpr std::array kSettings = {
                 "Link backend override: 'auto' (policy table), NAME for every link, or "
                 "CLASS=NAME[,CLASS=NAME...] per link class (names: shm ucx tcp mpi nccl)",
                 "TRELLIS_TRANSPORT"},
+    SettingSpec{"comm.bind_cores", T::kBool, "true",
+                "Under mpirun/srun: when the launcher left the ranks of a host free to share CPUs (--bind-to "
+                "none, socket binding), bind each to a CPU of its own at start (distinct cores first), so the "
+                "first measurement is not taken with two ranks on one core; warn naming ranks that must share",
+                "TRELLIS_BIND_CORES"},
     SettingSpec{"comm.no_nvlink", T::kBool, "false",
                 "Remove NVLink paths from link selection (and set NCCL_P2P_DISABLE=1 for NCCL)",
                 "TRELLIS_NO_NVLINK"},
@@ -121,7 +126,7 @@ constexpr std::array kSettings = {
     SettingSpec{"bench.warmup", T::kInt, "20", "Untimed warm-up iterations per point", "",
                 0, 10000000},
     SettingSpec{"kernels.threads", T::kInt, "0",
-                "Threads for CPU kernels (matmul, attention, ...) per rank; 0 = all cores",
+                "Threads for CPU kernels (matmul, attention, ...) per rank; 0 = every CPU the rank may run on (its core binding)",
                 "TRELLIS_KERNEL_THREADS",
                 0, kMaxThreads},
     SettingSpec{"model.weights_format", T::kString, "dequant",

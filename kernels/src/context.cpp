@@ -1,6 +1,7 @@
 #include "trellis/kernels/context.hpp"
 
 #include <cblas.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <utility>
@@ -9,8 +10,21 @@
 
 namespace trellis::kernels {
 
+namespace {
+
+// The CPUs this process may run on (taskset, cgroups, a launcher's or trellis's binding):
+// more kernel threads than that only take turns on the same cores.
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
 ThreadPool::ThreadPool(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = usable_cpus();
   size_ = threads;
   workers_.reserve(static_cast<std::size_t>(threads - 1));
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker(); });

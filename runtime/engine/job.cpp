@@ -13,6 +13,7 @@
 #include <set>
 
 #include "trellis/core/error.hpp"
+#include "trellis/core/process.hpp"
 #include "trellis/core/progress.hpp"
 #include "trellis/runtime/checkpoint/reader.hpp"
 #include "trellis/runtime/engine/llama_stage.hpp"
@@ -48,20 +49,10 @@ class MultiTransport final : public transport::Transport {
   std::map<int, transport::Transport*> route_;
 };
 
-std::vector<int> my_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
-}
-
 topology::Topology gather(transport::Bootstrap& world, Deadline deadline) {
   auto mine = topology::discover_local_host();
   topology::AllgatherFn fn = [&](const std::string& text) { return transport::allgather_strings(world, text, deadline); };
-  return topology::gather_topology(mine, world.rank(), static_cast<int>(::getpid()), my_cpus(), fn);
+  return topology::gather_topology(mine, world.rank(), static_cast<int>(::getpid()), allowed_cpus(), fn);
 }
 
 std::unique_ptr<transport::Transport> connect_links(transport::Bootstrap& world, const Config& config,

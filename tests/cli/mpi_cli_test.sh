@@ -27,6 +27,23 @@ out=$(run -np 4 "$T" info 2>&1); rc=$?
 if [ $rc = 0 ] && grep -q "ranks: 4 (under mpirun)" <<<"$out" && [ "$(grep -c '  rank ' <<<"$out")" = 4 ]; then
   echo "ok   info lists 4 ranks"; else echo "FAIL info under mpirun (rc=$rc)"; echo "$out" | tail -20; fails=$((fails+1)); fi
 
+# Core binding at start (comm.bind_cores): the test launcher passes --bind-to none, so both
+# ranks could share a CPU; trellis gives each its own, and with the setting off leaves them.
+cpus_of() { python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):]); print(" ".join(",".join(map(str,r["cpus"])) for r in j["world"]["ranks"]))'; }
+if [ "$(nproc)" -ge 2 ]; then
+  bound=$(run -np 2 "$T" info --json 2>/dev/null | cpus_of)
+  free=$(run -np 2 "$T" --set comm.bind_cores=false info --json 2>/dev/null | cpus_of)
+  set -- $bound
+  if [ $# = 2 ] && [ "$1" != "$2" ] && [[ $1 != *,* ]] && [[ $2 != *,* ]]; then echo "ok   ranks bound to CPUs $1 and $2"; else
+    echo "FAIL core binding: ranks on CPUs '$bound'"; fails=$((fails+1)); fi
+  set -- $free
+  if [ $# = 2 ] && [ "$1" = "$2" ] && [[ $1 == *,* || $1 == *-* ]]; then echo "ok   comm.bind_cores=false keeps '$1'"; else
+    echo "FAIL comm.bind_cores=false: ranks on CPUs '$free'"; fails=$((fails+1)); fi
+  out=$(run -np $(( $(nproc) + 1 )) "$T" info 2>&1)
+  if grep -q "share $(nproc) CPUs" <<<"$out"; then echo "ok   more ranks than CPUs: warned"; else
+    echo "FAIL no warning for $(( $(nproc) + 1 )) ranks on $(nproc) CPUs"; echo "$out" | head; fails=$((fails+1)); fi
+fi
+
 out=$(run -np 1 "$T" bench ring 2>&1); rc=$?
 if [ $rc != 0 ] && [ $rc != 124 ] && [ "$(grep -c 'at least 2 ranks' <<<"$out")" = 1 ]; then
   echo "ok   wrong world size: one error, exit $rc"; else echo "FAIL wrong world size (rc=$rc)"; echo "$out" | tail; fails=$((fails+1)); fi

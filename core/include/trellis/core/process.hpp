@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace trellis {
 
@@ -12,5 +13,9 @@ namespace trellis {
 // and counts as alive. A process we may not signal (EPERM) counts as alive. Costs a system
 // call and a small read of /proc: callers check it every ~100 ms of waiting, not per poll.
 bool process_alive(std::int64_t pid);
+
+// The CPUs (OS indexes, ascending) the calling thread may run on: its affinity as taskset,
+// cgroups, a launcher or trellis's own binding left it. Empty when the kernel does not say.
+std::vector<int> allowed_cpus();
 
 }  // namespace trellis

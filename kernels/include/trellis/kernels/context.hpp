@@ -29,7 +29,8 @@ namespace trellis::kernels {
 // (a loaded machine) therefore delays nothing: the threads that run take its chunks.
 class ThreadPool {
  public:
-  // threads <= 0: all cores (std::thread::hardware_concurrency()). The caller counts as one
+  // threads <= 0: every CPU this process may run on (its affinity: taskset, cgroups, core
+  // binding; else std::thread::hardware_concurrency()). The caller counts as one
   // of the threads, so threads - 1 workers are started.
   explicit ThreadPool(int threads = 0);
   ~ThreadPool();
