@@ -8,6 +8,11 @@
 #   --model GGUF          default: TRELLIS_SMOLLM2_GGUF from ~/.cache/trellis/models.env
 #   --trellis PATH        default build/release/launchers/trellis
 #   --layouts "1x1 2x1"   trellis layouts PPxTP (default "1x1 2x1"; PP*TP ranks under mpirun)
+#   --prefill-chunks "0 128"  trellis --prefill-chunk values, each layout with each (default "0")
+#   --dataset FILE        prompts JSONL (default scripts/bench/serve_prompts.jsonl)
+#   --long-prompts        the dataset mixes short chat prompts with long ones (every other
+#                         request asks to summarise 300-600 tokens of a text from
+#                         /usr/share/common-licenses), the load where chunked prefill matters
 #   --rates "0.5 1 2 4 inf"  request rates (req/s; inf = all at once)
 #   --num-prompts N       requests per rate (default 32)
 #   --max-tokens N        per request (default 64)
@@ -25,7 +30,7 @@ cache=${XDG_CACHE_HOME:-$HOME/.cache}/trellis
 py=${TRELLIS_PEER_PYTHON:-$cache/venv/bin/python}
 
 model="" trellis=$repo/build/release/launchers/trellis layouts="1x1 2x1" rates="0.5 1 2 4 inf"
-num_prompts=32 max_tokens=64 goodput="ttft:1000 tpot:100" threads=$(nproc) chat_format=""
+num_prompts=32 max_tokens=64 chunks="0" dataset=$repo/scripts/bench/serve_prompts.jsonl long_prompts=0 goodput="ttft:1000 tpot:100" threads=$(nproc) chat_format=""
 run_llama=1 run_trellis=1 port=8400 out=$repo/out/serve-bench
 
 die() { echo "serve_vs_llamacpp: $*" >&2; exit 1; }
@@ -35,6 +40,9 @@ while [ $# -gt 0 ]; do
     --model) need_arg "$@"; model=$2; shift 2 ;;
     --trellis) need_arg "$@"; trellis=$2; shift 2 ;;
     --layouts) need_arg "$@"; layouts=$2; shift 2 ;;
+    --prefill-chunks) need_arg "$@"; chunks=$2; shift 2 ;;
+    --dataset) need_arg "$@"; dataset=$2; shift 2 ;;
+    --long-prompts) long_prompts=1; shift ;;
     --rates) need_arg "$@"; rates=$2; shift 2 ;;
     --num-prompts) need_arg "$@"; num_prompts=$2; shift 2 ;;
     --max-tokens) need_arg "$@"; max_tokens=$2; shift 2 ;;
@@ -45,7 +53,7 @@ while [ $# -gt 0 ]; do
     --no-trellis) run_trellis=0; shift ;;
     --port) need_arg "$@"; port=$2; shift 2 ;;
     --out) need_arg "$@"; out=$2; shift 2 ;;
-    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,28p "$0"; exit 0 ;;
     *) die "unknown argument '$1' (--help)" ;;
   esac
 done
@@ -60,6 +68,10 @@ done
 for l in $layouts; do
   [[ $l =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || die "--layouts: '$l' is not PPxTP (e.g. 2x1)"
 done
+for c in $chunks; do
+  [[ $c =~ ^[0-9]+$ ]] || die "--prefill-chunks: '$c' is not a non-negative integer"
+done
+[ -f "$dataset" ] || die "--dataset $dataset: no such file"
 if [ -z "$model" ] && [ -f "$cache/models.env" ]; then
   model=$(sed -n 's/^TRELLIS_SMOLLM2_GGUF=//p' "$cache/models.env" | head -1)
 fi
@@ -77,6 +89,29 @@ if [ $run_trellis = 1 ]; then
 fi
 mkdir -p "$out"
 rm -f "$out"/*.json
+if [ $long_prompts = 1 ]; then
+  # Every other request: summarise a 1,500-3,000 character span of a licence text (300-600
+  # SmolLM2 tokens); the others are the short chat prompts of --dataset.
+  "$py" - "$dataset" "$out/long_prompts.jsonl" <<'PY' || die "could not build the long-prompt dataset"
+import glob, json, random, sys
+short = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+texts = [open(f, errors="replace").read() for f in sorted(glob.glob("/usr/share/common-licenses/*"))
+         if not f.endswith(".gz")]
+texts = [t for t in texts if len(t) > 4000]
+if not texts: sys.exit("no licence texts over 4000 characters in /usr/share/common-licenses")
+rng = random.Random(0)
+with open(sys.argv[2], "w") as out:
+    for i in range(64):
+        if i % 2 == 0:
+            t = texts[i // 2 % len(texts)]
+            n = rng.randint(1500, 3000)
+            at = rng.randint(0, len(t) - n)
+            out.write(json.dumps({"text": "Summarise this text in two sentences:\n\n" + t[at:at + n]}) + "\n")
+        else:
+            out.write(json.dumps(short[i // 2 % len(short)]) + "\n")
+PY
+  dataset=$out/long_prompts.jsonl
+fi
 
 # --- servers -----------------------------------------------------------------------------
 server_pid="" server_kids=""
@@ -124,9 +159,10 @@ server_cmd() {
       [ -n "$chat_format" ] && cmd+=(--chat_format "$chat_format")
       ready=/v1/models ;;
     trellis-pp*)
-      local pp=${1#trellis-pp}; pp=${pp%tp*}
-      local tp=${1##*tp}
-      cmd=("$trellis" serve --model "$model" --port "$port")
+      local spec=${1#trellis-pp} chunk=0
+      [[ $spec == *-chunk* ]] && { chunk=${spec##*-chunk}; spec=${spec%-chunk*}; }
+      local pp=${spec%tp*} tp=${spec##*tp}
+      cmd=("$trellis" serve --model "$model" --port "$port" --max-context 2048 --prefill-chunk "$chunk")
       if [ $((pp * tp)) -gt 1 ]; then
         cmd=("$repo/scripts/mpirun-local" -np $((pp * tp)) "${cmd[@]}" --pp "$pp" --tp "$tp")
       fi
@@ -138,7 +174,11 @@ server_cmd() {
 names=()
 [ $run_llama = 1 ] && names+=(llama.cpp)
 if [ $run_trellis = 1 ]; then
-  for l in $layouts; do names+=("trellis-pp${l%x*}tp${l#*x}"); done
+  for l in $layouts; do
+    for c in $chunks; do
+      if [ "$c" = 0 ]; then names+=("trellis-pp${l%x*}tp${l#*x}"); else names+=("trellis-pp${l%x*}tp${l#*x}-chunk$c"); fi
+    done
+  done
 fi
 [ ${#names[@]} -gt 0 ] || die "nothing to run (--no-llamacpp and --no-trellis)"
 rm -f "$out"/*.log
@@ -152,7 +192,7 @@ for r in $rates; do
     echo "-- $name at $r req/s"
     # shellcheck disable=SC2086
     "$py" "$repo/scripts/bench/bench_serve.py" --base-url "http://127.0.0.1:$port" \
-      --num-prompts "$num_prompts" --request-rate "$r" --max-tokens "$max_tokens" --temperature 0 \
+      --dataset "$dataset" --num-prompts "$num_prompts" --request-rate "$r" --max-tokens "$max_tokens" --temperature 0 \
       --seed 0 --goodput $goodput --label "$name" --save-result "$out/$name-rate$r.json" \
       | tee "$out/$name-rate$r.txt" | sed -n '/Successful requests/p;/Output token throughput/p;/Median TTFT/p;/Median TPOT/p;/goodput/p'
     stop_server
@@ -161,7 +201,7 @@ for r in $rates; do
 done
 
 echo
-echo "GGUF $(basename "$model"), $num_prompts prompts per rate from scripts/bench/serve_prompts.jsonl," \
+echo "GGUF $(basename "$model"), $num_prompts prompts per rate from $(basename "$dataset")," \
      "max_tokens $max_tokens, temperature 0, $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -1))" \
      | tee "$out/table.md"
 echo | tee -a "$out/table.md"
