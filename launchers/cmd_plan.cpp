@@ -8,13 +8,16 @@
 // top pick with srun --mpi=pmix.
 #include <spdlog/spdlog.h>
 
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cmd_plan.hpp"
 #include "commands.hpp"
 #include "json_output.hpp"
 #include "trellis/core/error.hpp"
@@ -28,170 +31,9 @@
 #include "trellis/topology/discovery.hpp"
 
 namespace trellis::launchers {
+
 namespace {
 
-struct PlanOptions {
-  std::string model;
-  std::string cluster;
-  std::vector<std::string> topo_files;
-  std::string gpu;
-  int gpus = 0;
-  double slo_tpot_ms = -1, slo_ttft_ms = -1;  // < 0: not given (the objective's default)
-  std::string objective = "goodput";
-  std::string batch = "1,2,4,8,16,32,64,128,256";
-  std::string variants;  // empty: the variant the model was trained as
-  std::string calibration;
-  std::string svg;
-  std::string sim_model = "refined";
-  std::string dtype = "auto";
-  std::string validate;
-  std::string sbatch;  // FILE, or "-" for stdout
-  std::string command_line;  // as typed, for the script's header
-  int prompt_len = 1024, gen_len = 512, top = 10, ranks_per_host = 0;
-  bool json = false, no_sipipe = false, no_nvlink = false, no_replicas = false;
-};
-
-topology::Topology load_cluster(const PlanOptions& o, std::string& device_override, int& nvlink_domain) {
-  if (!o.cluster.empty() && !o.topo_files.empty())
-    throw_error(ErrorCode::kInvalidArgument, "--cluster and --topo-file: give one of them");
-  if (!o.topo_files.empty()) return topology::load_xml_hosts(o.topo_files);
-  if (o.cluster.empty()) {
-    topology::Topology t;
-    t.hosts.push_back(topology::discover_local_host());
-    t.fabric = topology::derive_fabric(t.hosts);
-    return t;
-  }
-  sim::ClusterSpec spec = sim::parse_cluster_spec(o.cluster, device_override);
-  device_override = spec.device;
-  nvlink_domain = spec.nvlink_domain;
-  return topology::parse_synthetic(spec.synthetic);
-}
-
-// --variants: empty means the variant the model was trained as.
-std::vector<sim::Variant> parse_variants(const std::string& text, const sim::ModelSpec& model) {
-  if (text.empty()) return {model.trained_variant};
-  if (text == "all") return sim::all_variants();
-  std::vector<sim::Variant> v;
-  for (const auto& s : split(text, ',')) {
-    try {
-      v.push_back(sim::parse_variant(std::string(trim(s))));
-    } catch (const Error& e) {
-      throw_error(e.code(), "--variants: {} (or all)", e.what());
-    }
-  }
-  return v;
-}
-
-// --dtype: auto (bf16 on GPUs, f32 on CPUs), one precision, a list, or all (bf16 and, where
-// the device has FP8 tensor cores, fp8; f32 on CPUs).
-std::vector<sim::Precision> parse_precisions(const std::string& text, const sim::DeviceSpec& d) {
-  const bool cpu = d.kind == sim::DeviceKind::kCpu;
-  if (text == "auto") return {cpu ? sim::Precision::kF32 : sim::Precision::kBf16};
-  if (text == "all") {
-    if (cpu) return {sim::Precision::kF32};
-    if (d.has_fp8()) return {sim::Precision::kBf16, sim::Precision::kFp8};
-    return {sim::Precision::kBf16};
-  }
-  std::vector<sim::Precision> out;
-  for (const auto& s : split(text, ',')) {
-    sim::Precision p;
-    try {
-      p = sim::parse_precision(trim(s));
-    } catch (const Error&) {
-      throw_error(ErrorCode::kInvalidArgument, "--dtype '{}': valid: auto, all, bf16, fp8, f32 or a list like bf16,fp8",
-                  text);
-    }
-    if (p == sim::Precision::kFp8 && !d.has_fp8())
-      throw_error(ErrorCode::kInvalidArgument, "--dtype fp8: {} has no FP8 tensor cores; devices that have them: {}",
-                  d.name, sim::fp8_device_names());
-    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
-  }
-  return out;
-}
-
-void apply_calibration(sim::PlanRequest& r, const sim::Calibration& cal) {
-  if (cal.runtime()) {
-    // The measured engine cost replaces the assumed input-preparation figures (SiPipe's GPU
-    // numbers), which it includes: the tiny-model runs prepare inputs too.
-    r.host.step_overhead_s = cal.runtime()->step_overhead_s;
-    r.host.step_overhead_per_seq_s = cal.runtime()->step_overhead_per_seq_s;
-    r.host.input_prep_s = 0;
-    r.host.input_prep_per_seq_s = 0;
-  }
-  const auto& c = cal.compute();
-  if (!c) return;
-  const bool f32 = r.work.act_bytes >= 4;
-  const double flops = f32 ? r.cluster.device.dense_flops_fp32 : r.cluster.device.dense_flops_bf16;
-  // GPU figures are per device; a CPU host's are for the whole host (all its threads), which
-  // the cluster view divides among the host's ranks.
-  const double ranks = r.cluster.device.kind == sim::DeviceKind::kCpu ? r.cluster.devices_per_host : 1;
-  r.compute_scale = c->flops / (flops * ranks * r.efficiency.compute);
-  r.memory_scale = c->memory_bandwidth / (r.cluster.device.memory_bandwidth * ranks * r.efficiency.memory);
-  // CPU hosts with measured matmul rates: linear layers from the measured curve, cores
-  // shared among the ranks busy at once (sim/cost_model.hpp CpuSharing).
-  if (r.cluster.device.kind == sim::DeviceKind::kCpu && !c->matmul.empty()) {
-    r.cpu.enabled = true;
-    r.cpu.cores = c->cores > 0 ? c->cores : 1;
-    r.cpu.threads_per_rank = c->threads_per_rank;
-    r.cpu.matmul = c->matmul;
-    r.cpu.host_flops = c->flops;
-    r.cpu.host_memory_bandwidth = c->memory_bandwidth;
-    r.cpu.one_machine = r.cluster.hosts == 1;
-  }
-  if (to_lower(c->device) != to_lower(r.cluster.device.name))
-    r.cluster.warnings.push_back(fmt::format("calibration {} measured compute on '{}' but the cluster's device is {}",
-                                             cal.origin(), c->device, r.cluster.device.name));
-}
-
-// `cores_per_host` (may be null): the smallest host's cores, 0 when unknown.
-sim::PlanRequest build_request(const PlanOptions& o, std::optional<sim::Calibration>& cal,
-                               int* cores_per_host = nullptr, std::vector<std::string>* host_names = nullptr) {
-  sim::PlanRequest r;
-  r.model = sim::load_model(o.model);
-  std::string device = o.gpu;
-  int nvlink_domain = 0;
-  topology::Topology topo = load_cluster(o, device, nvlink_domain);
-  if (host_names) {
-    host_names->clear();
-    for (const auto& h : topo.hosts) host_names->push_back(h.name);
-  }
-  if (cores_per_host) {
-    *cores_per_host = 0;
-    for (const auto& h : topo.hosts)
-      *cores_per_host = *cores_per_host == 0 ? h.core_count() : std::min(*cores_per_host, h.core_count());
-  }
-  if (o.no_nvlink) topo = topology::without_nvlink(std::move(topo));
-  if (!o.calibration.empty()) cal = sim::Calibration::load(o.calibration);
-  r.cluster = sim::make_cluster_view(topo, device, cal ? &*cal : nullptr, o.ranks_per_host);
-  if (nvlink_domain > 0) sim::set_nvlink_domain(r.cluster, nvlink_domain, cal ? &*cal : nullptr);
-  const auto precisions = parse_precisions(o.dtype, r.cluster.device);
-  r.work = sim::with_precision(r.work, precisions.front());
-  if (precisions.size() > 1) r.precisions = precisions;
-  r.work.prompt_len = o.prompt_len;
-  r.work.gen_len = o.gen_len;
-  r.devices = o.gpus;
-  r.batches.clear();
-  for (auto b : parse_int_list(o.batch, "--batch")) {
-    if (b < 1) throw_error(ErrorCode::kInvalidArgument, "--batch: {} is not >= 1", b);
-    r.batches.push_back(static_cast<int>(b));
-  }
-  r.variants = parse_variants(o.variants, r.model);
-  r.objective = sim::parse_objective(o.objective);
-  // SLOs: as given (0 switches one off); otherwise goodput and latency plan for the default
-  // chat-serving SLOs on GPU clusters. CPU hosts (trellis's development target) get none.
-  const bool defaults = r.objective != sim::Objective::kThroughput && r.cluster.device.kind == sim::DeviceKind::kGpu;
-  if (o.slo_tpot_ms > 0) r.slo_tpot_s = o.slo_tpot_ms * 1e-3;
-  else if (o.slo_tpot_ms < 0 && defaults) r.slo_tpot_s = sim::kDefaultSloTpotS;
-  if (o.slo_ttft_ms > 0) r.slo_ttft_s = o.slo_ttft_ms * 1e-3;
-  else if (o.slo_ttft_ms < 0 && defaults) r.slo_ttft_s = sim::kDefaultSloTtftS;
-  if (o.no_sipipe) r.techniques = sim::PipelineTechniques{false, false, false};
-  if (o.sim_model == "appendix") r.kind = sim::ModelKind::kAppendix;
-  else if (o.sim_model != "refined")
-    throw_error(ErrorCode::kInvalidArgument, "--sim-model '{}': valid: refined, appendix", o.sim_model);
-  r.replicas = !o.no_replicas;
-  if (cal) apply_calibration(r, *cal);
-  return r;
-}
 
 std::string layout_name(const sim::Candidate& c) {
   return fmt::format("{}x{}x{}", c.replicas, c.layout.p, c.layout.t);
@@ -200,8 +42,9 @@ std::string layout_name(const sim::Candidate& c) {
 nlohmann::json candidate_json(const sim::Candidate& c) {
   const auto& p = c.prediction;
   nlohmann::json j = {{"replicas", c.replicas}, {"pp", c.layout.p}, {"tp", c.layout.t},
-                      {"microbatches", c.layout.microbatches}, {"variant", sim::to_string(c.layout.variant)},
-                      {"precision", sim::to_string(c.precision)}, {"batch", c.batch}, {"feasible", p.feasible},
+                      {"microbatches", c.layout.microbatches}, {"prefill_chunk", c.layout.prefill_chunk},
+                      {"variant", sim::to_string(c.layout.variant)},
+                      {"precision", sim::to_string(c.precision)}, {"ep", c.layout.ep}, {"batch", c.batch}, {"feasible", p.feasible},
                       {"needs_trained_model", c.needs_trained_model}};
   if (!p.feasible) {
     j["reason"] = p.reason;
@@ -210,7 +53,7 @@ nlohmann::json candidate_json(const sim::Candidate& c) {
   }
   j.update({{"tokens_per_s", c.total_tokens_per_s}, {"decode_tokens_per_s", p.decode_tokens_per_s * c.replicas},
             {"tpot_ms", p.tpot_s * 1e3}, {"ttft_ms", p.ttft_s * 1e3}, {"request_latency_s", c.request_latency_s},
-            {"memory_per_device_GiB", p.memory.total() / sim::kGiB}, {"tp_link", c.tp_link},
+            {"memory_per_device_GiB", p.memory.total() / sim::kGiB}, {"tp_link", c.tp_link}, {"ep_link", c.ep_link},
             {"tp_hosts", c.tp_hosts}, {"dominant", p.dominant}, {"warnings", p.warnings}});
   if (!c.slo_miss.empty()) {
     j["slo_miss"] = c.slo_miss;
@@ -222,7 +65,14 @@ nlohmann::json candidate_json(const sim::Candidate& c) {
                               {"tp_comm_inter_host", d.tp_comm_inter * 1e3},
                               {"logits_gather", d.logits_gather * 1e3}, {"boundary", d.boundary * 1e3},
                               {"sampling", d.sampling * 1e3}, {"input_prep", d.input_prep * 1e3},
-                              {"bubble", d.bubble * 1e3}, {"host_gap", d.host_gap * 1e3}};
+                              {"bubble", d.bubble * 1e3}, {"host_gap", d.host_gap * 1e3},
+                              {"ep_alltoall", d.ep_comm * 1e3}};
+  // Whole prompts: the wave's microbatches and its fill and drain; chunked: the iterations
+  // until the first token, the share of iterations carrying a chunk, what they add to TPOT.
+  j["prefill"] = {{"chunk", c.layout.prefill_chunk}, {"microbatches", p.prefill_microbatches},
+                  {"iterations", p.prefill_iterations}, {"fill_drain_ms", p.prefill_fill_drain_s * 1e3},
+                  {"chunk_share", p.chunk_share}, {"chunk_step_ms", p.chunk_step_s * 1e3},
+                  {"tpot_interference_ms", p.interference_s * 1e3}};
   return j;
 }
 
@@ -266,19 +116,27 @@ std::string slo_line(const sim::PlanRequest& r, const PlanOptions& o) {
 
 bool show_precision(const sim::PlanRequest& r) { return r.precisions.size() > 1 || r.work.fp8_linear; }
 
+// The chunk column: "whole" for whole prompts (the wave), else the chunk in tokens.
+std::string chunk_cell(int chunk) { return chunk > 0 ? std::to_string(chunk) : std::string("whole"); }
+
 // One table row; `last` is the text after the TP link column.
-std::string row(int i, const sim::Candidate& c, int devices, bool precision, const std::string& last) {
+// `ep`: the model has experts: an ep column, and the EP group's link after the TP link.
+std::string row(int i, const sim::Candidate& c, int devices, bool precision, const std::string& last,
+                bool ep = false) {
   const auto& p = c.prediction;
-  return fmt::format("{:>3} {:>9} {:>3} {:<9}{} {:>5} {:>10.0f} {:>9.1f} {:>9.2f} {:>9.1f} {:>8.1f}  {}{}\n", i,
-                     layout_name(c), c.layout.microbatches, sim::to_string(c.layout.variant),
+  return fmt::format("{:>3} {:>9} {:>3}{} {:<9}{} {:>5} {:>5} {:>10.0f} {:>9.1f} {:>9.2f} {:>9.1f} {:>8.1f}  {}{}{}\n", i,
+                     layout_name(c), c.layout.microbatches, ep ? fmt::format(" {:>3}", c.layout.ep) : std::string(),
+                     sim::to_string(c.layout.variant),
                      precision ? fmt::format(" {:<4}", sim::to_string(c.precision)) : std::string(), c.batch,
-                     c.total_tokens_per_s, c.total_tokens_per_s / devices, p.tpot_s * 1e3, p.ttft_s * 1e3,
-                     p.memory.total() / sim::kGiB, c.tp_link, last);
+                     chunk_cell(c.layout.prefill_chunk), c.total_tokens_per_s, c.total_tokens_per_s / devices, p.tpot_s * 1e3, p.ttft_s * 1e3,
+                     p.memory.total() / sim::kGiB, c.tp_link,
+                     ep && c.layout.ep > 1 ? ", EP " + c.ep_link : std::string(), last);
 }
 
-std::string header(bool precision, const char* last) {
-  return fmt::format("{:>3} {:>9} {:>3} {:<9}{} {:>5} {:>10} {:>9} {:>9} {:>9} {:>8}  {}\n", "#", "d x p x t", "m",
-                     "variant", precision ? fmt::format(" {:<4}", "prec") : std::string(), "batch", "tokens/s",
+std::string header(bool precision, const char* last, bool ep = false) {
+  return fmt::format("{:>3} {:>9} {:>3}{} {:<9}{} {:>5} {:>5} {:>10} {:>9} {:>9} {:>9} {:>8}  {}\n", "#", "d x p x t",
+                     "m", ep ? fmt::format(" {:>3}", "ep") : std::string(), "variant", precision ? fmt::format(" {:<4}", "prec") : std::string(), "batch", "chunk",
+                     "tokens/s",
                      "tok/s/dev", "TPOT ms", "TTFT ms", "mem GiB", last);
 }
 
@@ -286,6 +144,24 @@ std::string label(const sim::Candidate& c) {
   if (c.layout.variant == sim::Variant::kNoComm) return " (bound: outputs wrong)";
   if (c.needs_trained_model) return " (needs a model trained for it)";
   return {};
+}
+
+// Experts and latent attention, in one line under the model's.
+std::string moe_line(const sim::PlanRequest& r) {
+  const sim::ModelSpec& m = r.model;
+  std::string s;
+  if (m.is_moe())
+    s = fmt::format("{:.1f} B active per token: {} of {} layers MoE, {} routed experts (top {}, width {}){}; ep = "
+                    "experts spread over ep ranks (1: each expert split over t), load imbalance {:g} assumed",
+                    m.active_params() / 1e9, m.moe_layers_in(0, m.layers), m.layers, m.moe.experts, m.moe.top_k,
+                    m.moe.expert_intermediate,
+                    m.moe.shared_intermediate > 0 ? fmt::format(" + shared width {}", m.moe.shared_intermediate)
+                                                  : std::string(),
+                    r.expert_imbalance);
+  if (m.is_mla())
+    s += fmt::format("{}MLA: KV cache {} + {} elements per token per layer (latent + RoPE key), absorbed weights",
+                     s.empty() ? "" : "; ", m.mla.kv_lora_rank, m.mla.qk_rope_head_dim);
+  return s;
 }
 
 void print_text(const sim::PlanRequest& r, const sim::PlanResult& res, const PlanOptions& o, double ms) {
@@ -297,6 +173,7 @@ void print_text(const sim::PlanRequest& r, const sim::PlanResult& res, const Pla
                            r.model.trained_variant_field.empty()
                                ? std::string()
                                : fmt::format(" (config: {})", r.model.trained_variant_field));
+  if (r.model.is_moe() || r.model.is_mla()) std::cout << "         " << moe_line(r) << "\n";
   std::cout << fmt::format("cluster  {}\n", r.cluster.description);
   std::string prec;
   for (auto p : r.precisions) prec += (prec.empty() ? "" : " and ") + std::string(sim::to_string(p));
@@ -316,13 +193,14 @@ void print_text(const sim::PlanRequest& r, const sim::PlanResult& res, const Pla
                            res.ranked.size(), res.rejected.size());
   for (const auto& w : res.warnings) std::cout << "warning: " << w << "\n";
   const bool precision = show_precision(r);
+  const bool moe = r.model.is_moe();
   const int n = r.devices > 0 ? r.devices : r.cluster.ranks();
   if (res.ranked.empty()) {
     std::cout << "no feasible configuration: binding constraint is " << res.binding_constraint << "\n";
     if (!res.closest.empty()) {
       const bool fits = res.closest.front().prediction.feasible;
       std::cout << "\nclosest misses, one per grid (how far each misses):\n"
-                << (fits ? header(precision, "TP link, misses by")
+                << (fits ? header(precision, moe ? "TP link (, EP link), misses by" : "TP link, misses by", moe)
                          : fmt::format("{:>3} {:>9} {:>3} {:<9} {:>5}  {}\n", "#", "d x p x t", "m", "variant", "batch",
                                        "misses by"));
       for (int i = 0; i < std::min<int>(o.top, static_cast<int>(res.closest.size())); ++i) {
@@ -334,16 +212,16 @@ void print_text(const sim::PlanRequest& r, const sim::PlanResult& res, const Pla
                                    i + 1, layout_name(c), c.layout.microbatches, sim::to_string(c.layout.variant),
                                    c.batch, p.memory.total() / sim::kGiB, p.capacity / sim::kGiB, 100 * (c.miss - 1));
         } else {
-          std::cout << row(i + 1, c, n, precision, ", " + c.slo_miss + label(c));
+          std::cout << row(i + 1, c, n, precision, ", " + c.slo_miss + label(c), moe);
         }
       }
     }
     return;
   }
-  std::cout << header(precision, "TP link");
+  std::cout << header(precision, moe ? "TP link (, EP link)" : "TP link", moe);
   for (int i = 0; i < std::min<int>(o.top, static_cast<int>(res.ranked.size())); ++i) {
     const auto& c = res.ranked[static_cast<std::size_t>(i)];
-    std::cout << row(i + 1, c, n, precision, label(c));
+    std::cout << row(i + 1, c, n, precision, label(c), moe);
   }
   std::cout << "\nwhy #1: " << res.why << "\n";
   if (res.tp_across_hosts) std::cout << res.tp_across_hosts->line << "\n";
@@ -413,6 +291,11 @@ nlohmann::json tp_across_json(const sim::TpAcrossHosts& x) {
 }
 
 int run_plan(Session&, const PlanOptions& o) {
+  if (o.validate_published) return run_validate_published(o.published, o.json);
+  if (o.model.empty()) {  // a usage error (exit 2), as when the parser required it
+    spdlog::error("--model is required (a catalog model or a config.json), except with --validate-published");
+    return 2;
+  }
   std::optional<sim::Calibration> cal;
   int cores_per_host = 0;
   std::vector<std::string> hosts;
@@ -486,7 +369,9 @@ int run_plan(Session&, const PlanOptions& o) {
 
 Action define_plan(CLI::App& sub) {
   auto o = std::make_shared<PlanOptions>();
-  sub.add_option("--model", o->model, "Catalog model (" + sim::model_names() + ") or a config.json path")->required();
+  sub.add_option("--model", o->model,
+                 "Catalog model (" + sim::model_names() + ") or a config.json path (required unless "
+                 "--validate-published)");
   sub.add_option("--cluster", o->cluster,
                  "Synthetic spec (hosts=2,gpus=8,gpu=H100-SXM,nics=8x400g-ib; see `trellis topo --help`; plus "
                  "nvlink-domain=N and any catalog GPU), HOSTSxGPUSxGPU[-FABRIC] like 2x8xH100-NDR or 2x8xH20-ROCE400, "
@@ -533,19 +418,36 @@ Action define_plan(CLI::App& sub) {
                  "Weights and KV cache: auto (bf16 on GPUs, f32 on CPUs), bf16, fp8 (e4m3, on GPUs with FP8 tensor "
                  "cores: " + sim::fp8_device_names() + "), f32, a list like bf16,fp8, or all")
       ->capture_default_str();
+  sub.add_option("--prefill-chunk", o->prefill_chunk,
+                 "Prefill chunk sizes to plan, tokens per iteration (a plan dimension; default 0,256,512,1024,2048): "
+                 "0 = whole prompts (a batch's prompts prefilled together, one wave), C > 0 = continuous batching "
+                 "with each prompt prefilled C tokens per iteration beside the others' decode steps (trellis "
+                 "run/serve --prefill-chunk C)");
   sub.add_option("--top", o->top, "Rows to print")->capture_default_str()->check(CLI::PositiveNumber);
   sub.add_flag("--no-sipipe", o->no_sipipe, "Model a pipeline without SiPipe's CPU sampling, token-safe inputs and SAT");
   sub.add_flag("--no-nvlink", o->no_nvlink, "Treat NVLink as absent (interconnect study)");
+  sub.add_option("--expert-imbalance", o->expert_imbalance,
+                 "MoE models: routed tokens on the busiest expert-parallel rank over the mean (>= 1; an assumption, "
+                 "docs/planner.md 'MoE and MLA')")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 100.0));
   sub.add_flag("--no-replicas", o->no_replicas, "Only layouts with p x t = all devices (no data-parallel replicas)");
   sub.add_option("--svg", o->svg, "Write the throughput-TPOT Pareto frontier per variant to this SVG file");
   sub.add_option("--validate", o->validate, "Compare predictions with measured runs in this JSON file (docs/planner.md)");
+  CLI::Option* published =
+      sub.add_option("--validate-published", o->published,
+                     "Predict the published comparisons (engine docs, vendor blogs, papers) in FILE, default "
+                     "sim/data/published_results.json, and print each published ratio beside the predicted one, "
+                     "direction and error (docs/planner.md, 'Validation against published results'); --json too")
+          ->expected(0, 1);
   sub.add_option("--sbatch", o->sbatch,
                  "Write a Slurm batch script for the top pick to FILE (- prints it instead of the table): "
                  "#SBATCH --nodes/--ntasks-per-node/--gpus-per-task and `srun --mpi=pmix trellis run ...` "
                  "(docs/launch.md)");
   sub.add_flag("--json", o->json, "Print JSON");
   CLI::App* app = &sub;  // outlives the action: the CLI app runs it after parsing
-  return [o, app](Session& s) {
+  return [o, app, published](Session& s) {
+    o->validate_published = published->count() > 0;
     o->command_line = "trellis plan";
     for (const CLI::Option* opt : app->get_options()) {
       if (opt->count() == 0 || opt->get_name() == "--help") continue;

@@ -3,11 +3,13 @@
 // num_key_value_heads, vocab_size, tie_word_embeddings, max_position_embeddings).
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "catalog_lookup.hpp"
+#include "catalog_models_moe.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/sim/catalog.hpp"
 
@@ -51,7 +53,12 @@ const std::vector<ModelSpec>& models() {
             "HuggingFaceTB/SmolLM2-135M-Instruct config.json (the model of issue 9)"),
       shape("smollm2-1.7b", 24, 2048, 8192, 32, 32, 49152, true, 8192, "HuggingFaceTB/SmolLM2-1.7B config.json"),
   };
-  return kModels;
+  static const std::vector<ModelSpec> kAll = [] {
+    std::vector<ModelSpec> all = kModels;
+    for (const auto& m : detail::moe_models()) all.push_back(m);
+    return all;
+  }();
+  return kAll;
 }
 
 const nlohmann::json& field(const nlohmann::json& j, const char* name, std::string_view origin) {
@@ -70,11 +77,36 @@ int int_field(const nlohmann::json& j, const char* name, std::string_view origin
 
 }  // namespace
 
+double ModelSpec::attention_params() const {
+  const double h = hidden, n = heads;
+  if (is_mla()) {
+    // DeepSeek-V3's MLA: q_a (hidden -> q_lora_rank, RMSNorm) and q_b (-> heads x (nope + rope)),
+    // kv_a (hidden -> kv_lora_rank + rope, RMSNorm on the latent), kv_b (latent -> heads x
+    // (nope + v)), o (heads x v -> hidden).
+    const double qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+    const double q = mla.q_lora_rank > 0 ? h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * n * qk : h * n * qk;
+    const double kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank +
+                      static_cast<double>(mla.kv_lora_rank) * n * (mla.qk_nope_head_dim + mla.v_head_dim);
+    return q + kv + n * mla.v_head_dim * h;
+  }
+  const double q = n * head_dim, kv = static_cast<double>(kv_heads) * head_dim;
+  return h * (q + 2 * kv) + q * h + (qkv_bias ? q + 2 * kv : 0);
+}
+
+double ModelSpec::dense_mlp_params() const { return 3.0 * hidden * intermediate; }
+double ModelSpec::expert_params() const { return 3.0 * hidden * moe.expert_intermediate; }
+double ModelSpec::shared_expert_params() const { return 3.0 * hidden * moe.shared_intermediate; }
+double ModelSpec::router_params() const { return static_cast<double>(hidden) * moe.experts; }
+
 double ModelSpec::layer_params() const {
-  const double q = static_cast<double>(heads) * head_dim, kv = static_cast<double>(kv_heads) * head_dim;
-  const double attn = hidden * (q + 2 * kv) + q * hidden + (qkv_bias ? q + 2 * kv : 0);
-  const double mlp = 3.0 * hidden * intermediate;
-  return attn + mlp + 2.0 * hidden;  // two RMSNorm weights
+  const double n_moe = moe_layers_in(0, layers);
+  const double moe_block = moe.experts * expert_params() + shared_expert_params() + router_params();
+  const double mlp = ((layers - n_moe) * dense_mlp_params() + n_moe * moe_block) / layers;
+  return attention_params() + mlp + 2.0 * hidden;  // two RMSNorm weights
+}
+
+double ModelSpec::active_layer_params() const {
+  return layer_params() - static_cast<double>(moe_layers_in(0, layers)) * (moe.experts - moe.top_k) * expert_params() / layers;
 }
 
 double ModelSpec::embedding_params() const { return static_cast<double>(vocab) * hidden; }
@@ -84,7 +116,12 @@ double ModelSpec::total_params() const {
   return layers * layer_params() + embedding_params() + lm_head_params() + hidden;
 }
 
+double ModelSpec::active_params() const {
+  return layers * active_layer_params() + embedding_params() + lm_head_params() + hidden;
+}
+
 double ModelSpec::kv_bytes_per_token_layer(double bytes_per_element) const {
+  if (is_mla()) return static_cast<double>(mla.kv_lora_rank + mla.qk_rope_head_dim) * bytes_per_element;
   return 2.0 * kv_heads * head_dim * bytes_per_element;
 }
 
@@ -128,26 +165,9 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view origin
   if (auto it = j.find("max_position_embeddings"); it != j.end() && it->is_number_integer())
     m.max_positions = it->get<int>();
   m.qkv_bias = j.value("attention_bias", false) || j.value("model_type", std::string()) == "qwen2";
-  // Shapes the dense Llama model cannot describe: refused by name rather than planned as a
-  // dense model they are not (a mixture of experts reads only its active experts' weights
-  // per token but holds all of them; MLA caches a compressed latent, not K and V).
-  struct Unmodelled {
-    const char* field;
-    const char* what;
-  };
-  static constexpr Unmodelled kUnmodelled[] = {
-      {"num_local_experts", "mixture of experts"}, {"num_experts", "mixture of experts"},
-      {"n_routed_experts", "mixture of experts"},  {"moe_intermediate_size", "mixture of experts"},
-      {"num_experts_per_tok", "mixture of experts"}, {"kv_lora_rank", "multi-head latent attention (MLA)"},
-      {"q_lora_rank", "multi-head latent attention (MLA)"}};
-  for (const auto& u : kUnmodelled)
-    if (auto it = j.find(u.field); it != j.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0))
-      throw_error(ErrorCode::kInvalidArgument,
-                  "{}: field '{}' ({}) is not modelled by the planner, which would plan it as a dense model; "
-                  "fields it reads: num_hidden_layers, hidden_size, intermediate_size, num_attention_heads, "
-                  "num_key_value_heads, head_dim, vocab_size, tie_word_embeddings, attention_bias, "
-                  "use_parallel_residual, parallel_attn",
-                  origin, u.field, u.what);
+  // Experts and latent attention: read where the planner models them, refused by name where
+  // it does not (catalog_models_moe.cpp), never planned as the dense model they are not.
+  detail::read_experts_and_mla(j, m, origin);
   // A model trained with attention and MLP side by side (GPT-NeoX/Pythia's
   // use_parallel_residual, Falcon's parallel_attn, GPT-J) is the `parallel` variant.
   for (const char* f : {"use_parallel_residual", "parallel_attn"})

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "catalog_lookup.hpp"
@@ -246,6 +247,39 @@ LayoutLinks layout_links(const ClusterView& c, int p, int t, int first_rank) {
     }
     out.boundaries.push_back(worst);
     out.boundary_crosses_host.push_back(crosses);
+  }
+  return out;
+}
+
+EpLinks ep_links(const ClusterView& c, int p, int t, int ep) {
+  EpLinks out;
+  if (ep <= 1 || t < 1 || ep % t != 0) return out;
+  const int dph = c.devices_per_host, unit = c.domain_ranks(), a = ep / t;
+  out.ranks = ep;
+  out.per_domain = ep;
+  out.intra = c.intra.empty() ? LinkCost{} : c.intra[0];
+  // Every rank of a host takes part in the all-to-all at once: each gets its share of the NICs.
+  out.inter = c.inter;
+  out.inter.bandwidth = std::min({c.inter.bandwidth, c.host_fabric_bandwidth / std::max(1, dph), c.host_link_bandwidth});
+  bool first = true;
+  for (int s = 0; s < p; ++s) {
+    std::map<int, int> per_domain;  // domain -> ranks of the group in it
+    std::vector<int> ranks;
+    for (int q = 0; q < a; ++q)
+      for (int j = 0; j < t; ++j) ranks.push_back(q * p * t + s * t + j);
+    for (int r : ranks) ++per_domain[r / unit];
+    out.hosts = std::max(out.hosts, static_cast<int>(per_domain.size()));
+    for (const auto& [domain, n] : per_domain) out.per_domain = std::min(out.per_domain, n);
+    // The slowest link between consecutive members of the group that share a domain.
+    for (std::size_t i = 0; i + 1 < ranks.size(); ++i) {
+      const int x = ranks[i], y = ranks[i + 1];
+      if (x / unit != y / unit || c.intra.empty()) continue;
+      const LinkCost& l = x / dph == y / dph ? c.intra[static_cast<std::size_t>((x % dph) * dph + y % dph)]
+                                             : c.domain_link;
+      if (first || l.kind > out.intra.kind || (l.kind == out.intra.kind && l.bandwidth < out.intra.bandwidth))
+        out.intra = l;
+      first = false;
+    }
   }
   return out;
 }

@@ -25,6 +25,8 @@ struct Shard {
   double mlp_params = 0;   // gate, up, down held by one rank
   double q_dim = 0;        // query width computed by one rank
   double kv_heads = 0;     // KV heads held by one rank (replicated when t > kv heads)
+  double core_dim = 0;     // attention-core width: 4 x tokens x ctx x core_dim FLOPs (MLA: absorbed)
+  double kv_token = 0;     // KV-cache elements of one token in one layer on one rank
 };
 
 Shard shard(const ModelSpec& m, int t) {
@@ -33,8 +35,11 @@ Shard shard(const ModelSpec& m, int t) {
   s.kv_heads = std::max(1.0, static_cast<double>(m.kv_heads) / t);
   const double kv = s.kv_heads * m.head_dim;
   s.q_dim = q / t;
-  s.attn_params = m.hidden * s.q_dim + 2.0 * m.hidden * kv + s.q_dim * m.hidden + (m.qkv_bias ? s.q_dim + 2 * kv : 0);
+  s.attn_params = detail::attention_params_per_rank(m, t);
   s.mlp_params = 3.0 * m.hidden * m.intermediate / t;
+  s.core_dim = detail::attention_core_width(m, t);
+  // MLA caches one latent (+ RoPE key) per token for all heads: every TP rank holds all of it.
+  s.kv_token = m.is_mla() ? m.kv_bytes_per_token_layer(1) : 2.0 * kv;
   return s;
 }
 
@@ -92,34 +97,42 @@ Roof cpu_roof(const ModelInputs& in, double params, double rows, double flops, d
   return {t, mem ? t : 0};
 }
 
-// Compute of one layer's two modules for `tokens` new tokens of `seqs` sequences that attend
-// over `ctx` positions on average (decode: the cache; prefill: half the prompt, causal).
+// Compute of one layer's two modules for one step's work (StepWork: decode steps, whole
+// prompts, or a prompt chunk riding with decode steps).
 struct LayerCompute {
   Roof attn, mlp;
+  Roof moe;  // a MoE layer's MLP block (MoE models only)
+  double alltoall_bytes = 0;  // what one rank sends in each of a MoE layer's all-to-alls
 };
 
-LayerCompute layer_compute(const ModelInputs& in, double seqs, double tokens, double ctx, bool prefill) {
+LayerCompute layer_compute(const ModelInputs& in, const StepWork& w) {
   const ModelSpec& m = *in.model;
   const Shard s = shard(m, in.layout.t);
+  const double tokens = w.tokens, ctx = w.ctx;
   const double wb = in.work.weight_bytes, ab = in.work.act_bytes;
-  const double kv_token = 2.0 * s.kv_heads * m.head_dim * in.work.kv_bytes;
-  const double kv_traffic = prefill ? tokens * kv_token : seqs * ctx * kv_token;
+  const double kv_token = s.kv_token * in.work.kv_bytes;
+  const detail::MoeWork moe = m.is_moe() ? detail::moe_block_work(in, tokens) : detail::MoeWork{};
+  const double kv_traffic = w.kv_positions * kv_token;
   LayerCompute c;
+  c.alltoall_bytes = moe.alltoall_bytes;
   if (in.cpu.enabled) {
     // A curve measured through the whole forward already holds the attention core over
     // `covered` positions per row (departure 14): only the positions beyond it are added.
     const double covered = cpu_curve_context(in.cpu, tokens, in.layout.t);
     const double extra = ctx > 0 ? std::max(0.0, ctx - covered) / ctx : 0;
-    c.attn = cpu_roof(in, s.attn_params, tokens, extra * 4 * tokens * ctx * s.q_dim,
+    c.attn = cpu_roof(in, s.attn_params, tokens, extra * 4 * tokens * ctx * s.core_dim,
                       extra * kv_traffic + (covered > 0 ? 0 : 4 * tokens * m.hidden * ab));
     c.mlp = cpu_roof(in, s.mlp_params, tokens, 0,
                      covered > 0 ? 0 : tokens * (2.0 * m.hidden + 3.0 * m.intermediate / in.layout.t) * ab);
+    // A MoE block as a linear layer of the parameters each token passes through on this rank.
+    if (m.is_moe()) c.moe = cpu_roof(in, moe.linear_flops / (2 * std::max(tokens, 1.0)), tokens, 0, 0);
     return c;
   }
-  c.attn = roof(in, 2 * s.attn_params * tokens, 4 * tokens * ctx * s.q_dim,
+  c.attn = roof(in, 2 * s.attn_params * tokens, 4 * tokens * ctx * s.core_dim,
                 s.attn_params * wb + kv_traffic + 4 * tokens * m.hidden * ab);
   c.mlp = roof(in, 2 * s.mlp_params * tokens, 0,
                s.mlp_params * wb + tokens * (2.0 * m.hidden + 3.0 * m.intermediate / in.layout.t) * ab);
+  if (m.is_moe()) c.moe = roof(in, moe.linear_flops, 0, moe.bytes);
   return c;
 }
 
@@ -156,18 +169,24 @@ CommCharge tp_comm(const ModelInputs& in, int n, double ar, const LayerCompute& 
 // One stage's costs for one microbatch of one phase.
 struct StageCost {
   double compute = 0, memory_bound = 0, comm = 0, comm_hidden = 0, comm_inter = 0, send = 0, meta = 0, head = 0,
-         gather = 0;
-  double forward() const { return compute + comm + head + gather; }
+         gather = 0, alltoall = 0;
+  double forward() const { return compute + comm + head + gather + alltoall; }
 };
 
-StageCost stage_cost(const ModelInputs& in, int stage, int n_layers, double seqs, double tokens, double ctx,
-                     bool prefill) {
+StageCost stage_cost(const ModelInputs& in, int stage, int n_layers, const StepWork& w) {
   const ModelSpec& m = *in.model;
   const int p = in.layout.p, t = in.layout.t;
-  const LayerCompute lc = layer_compute(in, seqs, tokens, ctx, prefill);
+  const double seqs = w.seqs, tokens = w.tokens;
+  const LayerCompute lc = layer_compute(in, w);
   StageCost c;
-  c.compute = n_layers * (lc.attn.time + lc.mlp.time);
-  c.memory_bound = n_layers * (lc.attn.memory_bound_time + lc.mlp.memory_bound_time);
+  // MoE layers run the MoE block where dense layers run the MLP; with ep > 1 each MoE layer
+  // also sends its tokens to their experts and back (two all-to-alls, not overlapped).
+  const int n_moe = m.moe_layers_in(detail::first_layer_of_stage(m.layers, p, stage), n_layers);
+  c.compute = n_layers * lc.attn.time + (n_layers - n_moe) * lc.mlp.time + n_moe * lc.moe.time;
+  c.memory_bound = n_layers * lc.attn.memory_bound_time + (n_layers - n_moe) * lc.mlp.memory_bound_time +
+                   n_moe * lc.moe.memory_bound_time;
+  if (n_moe > 0 && in.layout.ep > 1)
+    c.alltoall = 2.0 * n_moe * alltoall_time(in.links.ep, lc.alltoall_bytes);
   const double msg = tokens * m.hidden * in.work.act_bytes;
   const double ar = allreduce_time(in.links.tp, msg);
   const CommCharge cc = tp_comm(in, n_layers, ar, lc);
@@ -378,15 +397,16 @@ std::vector<int> layers_per_stage(int layers, int p) {
 }
 
 namespace detail {
-double stage_forward(const ModelInputs& in, int stage, int n, double seqs, double tokens, double ctx,
-                     bool prefill, Breakdown* b, double* send, double* meta) {
-  const StageCost c = stage_cost(in, stage, n, seqs, tokens, ctx, prefill);
+double stage_forward(const ModelInputs& in, int stage, int n, const StepWork& w, Breakdown* b, double* send,
+                     double* meta) {
+  const StageCost c = stage_cost(in, stage, n, w);
   if (b) {
     b->compute = c.compute + c.head;
     b->compute_memory_bound = c.memory_bound;
     b->tp_comm = c.comm;
     b->tp_comm_hidden = c.comm_hidden;
     b->tp_comm_inter = c.comm_inter;
+    b->ep_comm = c.alltoall;
     b->logits_gather = c.gather;
   }
   *send = c.send;

@@ -10,24 +10,33 @@
 #include "trellis/sim/units.hpp"
 
 namespace trellis::sim {
-namespace {
+namespace detail {
 
-struct StageStep {
-  double forward = 0, send = 0, meta = 0, cycle = 0, prep_exposed = 0, sampling = 0;
-  Breakdown terms;
-};
-
-// One decode (or prefill) step of one microbatch on every stage.
-std::vector<StageStep> steps(const ModelInputs& in, const std::vector<int>& split, double seqs, double tokens,
-                             double ctx, bool prefill) {
+// One decode (or prefill) step of one microbatch on every stage. Stages with the same layer
+// count, the same outgoing link and the same role (the last holds the LM head) cost the same:
+// each distinct stage is computed once, which keeps a p = 80 prediction as cheap as p = 2.
+std::vector<StageStep> steps(const ModelInputs& in, const std::vector<int>& split, const StepWork& w) {
   const PipelineTechniques& k = in.techniques;
   const int p = in.layout.p;
+  const double seqs = w.seqs;
   const double prep = in.host.input_prep_s + in.host.input_prep_per_seq_s * seqs;
   std::vector<StageStep> out(static_cast<std::size_t>(p));
   for (int i = 0; i < p; ++i) {
     StageStep& s = out[static_cast<std::size_t>(i)];
-    s.forward = detail::stage_forward(in, i, split[static_cast<std::size_t>(i)], seqs, tokens, ctx, prefill,
-                                      &s.terms, &s.send, &s.meta);
+    const int n = split[static_cast<std::size_t>(i)];
+    if (i > 0 && i < p - 1) {
+      const LinkCost& b = in.links.boundaries[static_cast<std::size_t>(i)];
+      bool reused = false;
+      for (int j = 0; j < i && !reused; ++j) {
+        const LinkCost& bj = in.links.boundaries[static_cast<std::size_t>(j)];
+        if (split[static_cast<std::size_t>(j)] == n && bj.alpha_s == b.alpha_s && bj.bandwidth == b.bandwidth) {
+          s = out[static_cast<std::size_t>(j)];
+          reused = true;
+        }
+      }
+      if (reused) continue;
+    }
+    s.forward = detail::stage_forward(in, i, n, w, &s.terms, &s.send, &s.meta);
     double busy = s.forward + (k.structure_aware ? 0 : s.send + s.meta);
     if (i == p - 1 && !k.cpu_sampling) {
       s.sampling = detail::sampling_time(in, seqs, false);
@@ -65,6 +74,10 @@ double loop_latency(const ModelInputs& in, const std::vector<StageStep>& st, dou
   return t;
 }
 
+}  // namespace detail
+
+namespace {
+
 std::string dominant_line(const Breakdown& b, double period, int m, const char* bound_by) {
   const double total = period / m;
   struct Term {
@@ -82,7 +95,8 @@ std::string dominant_line(const Breakdown& b, double period, int m, const char* 
                         {"pipeline bubble (fewer microbatches in flight than the pipeline's depth needs)", b.bubble},
                         {"host work between steps (sampling, input preparation, token return: the loop waits "
                          "for it)",
-                         b.host_gap}};
+                         b.host_gap},
+                        {"MoE all-to-alls (tokens to their experts and back)", b.ep_comm}};
   const Term* top = &terms[0];
   for (const auto& t : terms)
     if (t.v > top->v) top = &t;
@@ -106,14 +120,19 @@ std::string shape_problem(const ModelInputs& in) {
   if (l.p < 1 || l.t < 1) return fmt::format("p={} t={}: degrees must be >= 1", l.p, l.t);
   if (m.layers < l.p) return fmt::format("p={} exceeds the {} layers of {}", l.p, m.layers, m.name);
   if (m.heads % l.t != 0) return fmt::format("t={} does not divide the {} attention heads", l.t, m.heads);
-  if (m.kv_heads % l.t != 0 && l.t % m.kv_heads != 0)
+  if (!m.is_mla() && m.kv_heads % l.t != 0 && l.t % m.kv_heads != 0)
     return fmt::format("t={} neither divides nor is a multiple of the {} KV heads", l.t, m.kv_heads);
-  if (m.intermediate % l.t != 0) return fmt::format("t={} does not divide the MLP width {}", l.t, m.intermediate);
+  if (m.moe_layers_in(0, m.layers) < m.layers && m.intermediate % l.t != 0)
+    return fmt::format("t={} does not divide the MLP width {}", l.t, m.intermediate);
+  if (std::string why = detail::moe_shape_problem(in); !why.empty()) return why;
   if (in.work.fp8_linear && !in.device->has_fp8())
     return fmt::format("fp8: {} has no FP8 tensor cores (devices that have: {})", in.device->name,
                        fp8_device_names());
   if (l.microbatches < 1 || l.microbatches > in.work.batch)
     return fmt::format("{} microbatches cannot split a batch of {}", l.microbatches, in.work.batch);
+  if (l.prefill_chunk < 0) return fmt::format("prefill chunk {}: must be >= 0 tokens (0: whole prompts)", l.prefill_chunk);
+  if (l.prefill_microbatches < 0 || l.prefill_microbatches > in.work.batch)
+    return fmt::format("{} prefill microbatches cannot split a batch of {}", l.prefill_microbatches, in.work.batch);
   if (l.variant == Variant::kLayerParallel && m.layers / l.p < 2)
     return fmt::format("lp needs at least 2 layers per stage (p={} leaves {})", l.p, m.layers / l.p);
   if (static_cast<int>(in.links.boundaries.size()) != l.p - 1)
@@ -125,24 +144,28 @@ Memory memory_per_device(const ModelInputs& in, const std::vector<int>& split) {
   const ModelSpec& m = *in.model;
   const Workload& w = in.work;
   const int p = in.layout.p, t = in.layout.t;
-  const double kv_heads = std::max(1.0, static_cast<double>(m.kv_heads) / t);
-  const double q = static_cast<double>(m.heads) * m.head_dim / t;
-  const double layer = m.hidden * (2 * q + 2 * kv_heads * m.head_dim) + 3.0 * m.hidden * m.intermediate / t +
-                       2.0 * m.hidden;
+  const double kv_token = detail::kv_bytes_per_token_layer_per_rank(in);  // MLA: the latent
+  const double mlp_width = detail::mlp_activation_width(in);              // widest MLP or MoE block
   const double vocab_shard = static_cast<double>(m.vocab) * m.hidden / t;
   const double b = std::ceil(static_cast<double>(w.batch) / in.layout.microbatches);
   Memory best;
   for (int i = 0; i < p; ++i) {
     const int n = split[static_cast<std::size_t>(i)];
     Memory mem;
-    double params = n * layer;
+    // MoE layers hold their share of the experts (ep > 1: E/ep whole experts; else 1/t of each).
+    double params = detail::stage_params_per_rank(in, detail::first_layer_of_stage(m.layers, p, i), n);
     if (i == 0) params += vocab_shard;                                     // embedding
     if (i == p - 1) params += (m.tied_embeddings && p == 1) ? 0 : vocab_shard;  // LM head
     mem.weights = params * w.weight_bytes;
-    mem.kv_cache = static_cast<double>(w.batch) * (w.prompt_len + w.gen_len) * n * 2.0 * kv_heads * m.head_dim *
-                   w.kv_bytes;
-    const double prefill_tokens = std::min(b * w.prompt_len, std::max<double>(in.host.prefill_chunk_tokens, w.prompt_len));
-    mem.activations = prefill_tokens * (4.0 * m.hidden + 2.0 * m.intermediate / t) * w.act_bytes +
+    mem.kv_cache = static_cast<double>(w.batch) * (w.prompt_len + w.gen_len) * n * kv_token;
+    // Whole prompts: at most one engine chunk of them at once (or one prompt, if longer);
+    // chunked: one iteration's decode rows and the chunks riding with them.
+    const ChunkPlan cp = chunk_plan(w, in.layout.prefill_chunk, b);
+    const double prefill_tokens =
+        in.layout.prefill_chunk > 0
+            ? b + cp.per_iteration * cp.tokens
+            : std::min(b * w.prompt_len, std::max<double>(in.host.prefill_chunk_tokens, w.prompt_len));
+    mem.activations = prefill_tokens * (4.0 * m.hidden + 2.0 * mlp_width) * w.act_bytes +
                       (i == p - 1 ? b * m.vocab / t * 4.0 : 0);
     mem.reserve = in.host.reserve_bytes;
     if (mem.total() > best.total()) best = mem;
@@ -156,9 +179,9 @@ void assemble(const ModelInputs& in, const std::vector<int>& split, Prediction& 
   const double b = std::ceil(static_cast<double>(w.batch) / m);
   // Decode: the cache holds the prompt and, on average, half the generated tokens.
   const double ctx = w.prompt_len + w.gen_len / 2.0;
-  const auto dec = steps(in, split, b, b, ctx, false);
+  const auto dec = detail::steps(in, split, decode_work(b, ctx));
   auto slow = std::max_element(dec.begin(), dec.end(), [](auto& x, auto& y) { return x.cycle < y.cycle; });
-  const double loop = loop_latency(in, dec, b);
+  const double loop = detail::loop_latency(in, dec, b);
   const double period = std::max(loop, m * slow->cycle);
   out.tpot_s = period;
   out.decode_tokens_per_s = w.batch / period;
@@ -175,11 +198,7 @@ void assemble(const ModelInputs& in, const std::vector<int>& split, Prediction& 
   out.decode.host_gap = (idle - pipeline) / m;
   const char* bound = loop > m * slow->cycle ? "the loop latency bounds the step" : "the slowest stage bounds it";
   out.dominant = dominant_line(out.decode, period, m, bound);
-  // Prefill: microbatches of whole prompts flow through the pipeline once.
-  const auto pre = steps(in, split, b, b * w.prompt_len, w.prompt_len / 2.0, true);
-  auto pslow = std::max_element(pre.begin(), pre.end(), [](auto& x, auto& y) { return x.cycle < y.cycle; });
-  out.prefill = pslow->terms;
-  out.ttft_s = loop_latency(in, pre, b) + (m - 1) * pslow->cycle;
+  assemble_prefill(in, split, dec, period, out);
   out.tokens_per_s = w.batch * static_cast<double>(w.gen_len) / (out.ttft_s + w.gen_len * out.tpot_s);
 }
 

@@ -30,6 +30,7 @@ Launch launch_commands(const PlanRequest& r, const Candidate& c, const std::vect
   std::string flags = fmt::format("--pp {} --tp {}", c.layout.p, c.layout.t);
   if (c.layout.variant != Variant::kStandard) flags += fmt::format(" --variant {}", to_string(c.layout.variant));
   flags += fmt::format(" --max-seqs {}", c.batch);
+  if (c.layout.prefill_chunk > 0) flags += fmt::format(" --prefill-chunk {}", c.layout.prefill_chunk);
   std::map<int, int> on_host;  // replicas started so far per first host (ports)
   for (int i = 0; i < c.replicas; ++i) {
     Launch::Replica rep;
@@ -73,14 +74,24 @@ Launch launch_commands(const PlanRequest& r, const Candidate& c, const std::vect
     out.notes.push_back("a replica shares a host with the next one: give each mpirun its GPUs (the hostfile "
                         "comments say which), e.g. with a rankfile");
   if (c.layout.microbatches != c.layout.p)
-    out.notes.push_back(fmt::format("the plan assumes m={} microbatches; trellis runs p={} microbatch groups "
-                                    "(issue 21 item 2)",
+    out.notes.push_back(fmt::format("the plan assumes m={} decode microbatches; trellis runs p={} microbatch groups",
                                     c.layout.microbatches, c.layout.p));
+  const int wave = c.prediction.prefill_microbatches;
+  if (c.layout.prefill_chunk == 0 && wave > 0 && wave != c.layout.p)
+    out.notes.push_back(fmt::format("the plan prefills the batch's prompts in {} microbatches; trellis prefills "
+                                    "them in its p={} groups, up to run.max_iteration_tokens per iteration",
+                                    wave, c.layout.p));
   if (c.needs_trained_model)
     out.notes.push_back(fmt::format("--variant {} needs a checkpoint trained as {} ({} is {}): with this one the "
                                     "outputs differ from the model's",
                                     to_string(c.layout.variant), to_string(c.layout.variant), r.model.name,
                                     to_string(r.model.trained_variant)));
+  if (c.layout.ep > 1)
+    out.notes.push_back(fmt::format("ep={}: the routed experts of each stage are spread over the {} ranks of that stage "
+                                    "in {} neighbouring replicas, which run in lock step; trellis run and serve have "
+                                    "no expert parallelism (nor experts): this is a prediction for an engine that "
+                                    "has both",
+                                    c.layout.ep, c.layout.ep, c.layout.ep / c.layout.t));
   if (c.precision == Precision::kFp8)
     out.notes.push_back("fp8 is predicted for FP8 (e4m3) weights and KV cache on FP8 tensor cores; trellis run and "
                         "serve compute in the checkpoint's own format");
@@ -135,8 +146,10 @@ std::string sbatch_script(const PlanRequest& r, const Candidate& c, const std::s
   s += "# srun starts the tasks on the nodes Slurm gave; PMIx (--mpi=pmix) gives each its MPI rank.\n";
   s += fmt::format("srun --mpi=pmix \"$TRELLIS\" run --model \"$MODEL\" --pp {} --tp {}", c.layout.p, c.layout.t);
   if (c.layout.variant != Variant::kStandard) s += fmt::format(" --variant {}", to_string(c.layout.variant));
-  s += fmt::format(" --max-seqs {} \\\n  --workload n={},in={},out={} --out \"trellis-$SLURM_JOB_ID.jsonl\"\n",
-                   c.batch, c.batch, r.work.prompt_len, r.work.gen_len);
+  s += fmt::format(" --max-seqs {}", c.batch);
+  if (c.layout.prefill_chunk > 0) s += fmt::format(" --prefill-chunk {}", c.layout.prefill_chunk);
+  s += fmt::format(" \\\n  --workload n={},in={},out={} --out \"trellis-$SLURM_JOB_ID.jsonl\"\n", c.batch,
+                   r.work.prompt_len, r.work.gen_len);
   return s;
 }
 

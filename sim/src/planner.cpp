@@ -25,13 +25,72 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
-// Microbatch counts worth trying: powers of two up to 2p, and p itself, never above batch.
-std::vector<int> microbatch_options(int p, int batch) {
+// Decode microbatch counts worth trying: powers of two and p times powers of two, up to the
+// batch. No cap at 2p: when host work between steps (sampling, input preparation, the
+// engine's step) makes the loop longer than 2p stage cycles, more microbatches are what
+// hides it, at the price of reading the stage's weights once more per microbatch. The
+// geometric set keeps the search at O(log batch) counts per grid.
+// The appendix model keeps its own set, powers of two up to 2p and p itself: its equations
+// have no closed loop, so more microbatches only ever help it (eq. 5: T = (b/m) / t_stage
+// per microbatch), and uncapped it would pick one sequence per microbatch.
+std::vector<int> microbatch_options(int p, int batch, ModelKind kind) {
   std::set<int> m;
-  for (int k = 1; k <= 2 * p && k <= batch; k *= 2) m.insert(k);
-  if (p <= batch) m.insert(p);
-  if (2 * p <= batch) m.insert(2 * p);
+  const int cap = kind == ModelKind::kAppendix ? std::min(batch, 2 * p) : batch;
+  for (int k = 1; k <= cap; k *= 2) m.insert(k);
+  for (int k = p; k <= cap; k *= 2) m.insert(k);
   return {m.begin(), m.end()};
+}
+
+// The chunk sizes of the request as distinct options: chunks of at least the prompt's length
+// all prefill a prompt in one iteration and predict alike, so only the first of them is kept.
+std::vector<int> chunk_options(const PlanRequest& r) {
+  if (r.kind == ModelKind::kAppendix) return {0};
+  std::vector<int> out;
+  std::set<int> effective;
+  for (int c : r.prefill_chunks) {
+    if (c < 0) throw_error(ErrorCode::kInvalidArgument, "prefill chunk {}: must be >= 0 tokens (0: whole prompts)", c);
+    if (effective.insert(c == 0 ? 0 : std::min(c, r.work.prompt_len)).second) out.push_back(c);
+  }
+  if (out.empty()) out.push_back(0);
+  return out;
+}
+
+std::string chunk_words(const Layout& l) {
+  return l.prefill_chunk > 0 ? fmt::format(" chunk {}", l.prefill_chunk) : std::string();
+}
+
+// Expert-parallel degrees the search tries for a grid of d replicas of p x t. Possible: 1
+// (every expert split over t) and a x t for each a dividing d whose a x t divides the
+// experts (stage s of a neighbouring replicas share their experts). a = 1 (ep = t) is left
+// out: it holds the same bytes per rank as ep = 1 and the model charges it the imbalance and
+// the all-to-alls on top, so it never wins. Between two degrees on the same side of a domain
+// boundary the model's terms move one way each (wider: fewer experts and weight bytes per
+// rank, more of the all-to-all on the fabric), so the search keeps the ends of each side: the
+// narrowest and the widest group inside one host or NVLink domain, and across domains
+// (docs/planner.md, "MoE and MLA"). Dense models and the appendix model: 1 only.
+std::vector<std::pair<int, EpLinks>> ep_options(const PlanRequest& r, int d, int p, int t) {
+  std::vector<std::pair<int, EpLinks>> out = {{1, EpLinks{}}};
+  if (!r.model.is_moe() || r.kind == ModelKind::kAppendix || r.model.heads % t != 0) return out;
+  std::vector<std::pair<int, EpLinks>> inside, across;
+  for (int a : divisors(d))
+    if (a > 1 && r.model.moe.experts % (a * t) == 0) {
+      EpLinks g = ep_links(r.cluster, p, t, a * t);
+      (g.hosts > 1 ? across : inside).emplace_back(a * t, g);
+    }
+  auto keep = [&](const std::pair<int, EpLinks>& e) {
+    for (const auto& o : out)
+      if (o.first == e.first) return;
+    out.push_back(e);
+  };
+  if (!inside.empty()) keep(inside.front()), keep(inside.back());
+  if (!across.empty()) keep(across.front()), keep(across.back());
+  return out;
+}
+
+std::string describe_ep_link(const EpLinks& g) {
+  if (g.ranks <= 1) return "-";
+  if (g.hosts > 1) return fmt::format("{}+{}x{}", g.intra.name, g.hosts, g.inter.name);
+  return g.intra.name;
 }
 
 ModelInputs inputs(const PlanRequest& r, const Layout& l, int batch, const LayoutLinks& links) {
@@ -49,6 +108,7 @@ ModelInputs inputs(const PlanRequest& r, const Layout& l, int batch, const Layou
   in.ranks_per_host = std::min(l.p * l.t, r.cluster.devices_per_host);
   in.compute_scale = r.compute_scale;
   in.memory_scale = r.memory_scale;
+  in.expert_imbalance = r.expert_imbalance;
   return in;
 }
 
@@ -80,8 +140,9 @@ Prediction predict_appendix(const ModelInputs& in, int hosts_spanned) {
   const double b = std::ceil(static_cast<double>(in.work.batch) / in.layout.microbatches);
   const bool f32 = in.work.act_bytes >= 4;
   auto layer_time = [&](double tokens, double ctx) {
-    const double flops = 2 * m.layer_params() * tokens + 4 * tokens * ctx * m.heads * m.head_dim;
-    const double bytes = m.layer_params() * in.work.weight_bytes +
+    // A MoE layer computes and (roughly) reads its active experts only.
+    const double flops = 2 * m.active_layer_params() * tokens + 4 * tokens * ctx * m.heads * m.head_dim;
+    const double bytes = m.active_layer_params() * in.work.weight_bytes +
                          b * ctx * m.kv_bytes_per_token_layer(in.work.kv_bytes);
     return roofline_time(*in.device, in.efficiency, flops, bytes, f32);
   };
@@ -114,18 +175,24 @@ Prediction predict_appendix(const ModelInputs& in, int hosts_spanned) {
   return out;
 }
 
-Candidate evaluate(const PlanRequest& r, int replicas, const Layout& layout, int batch, const LayoutLinks& links) {
+namespace {
+// evaluate() on inputs already built: plan() builds them once per grid and batch and only
+// changes the layout, rather than copying the links for every candidate.
+Candidate evaluate_inputs(const PlanRequest& r, int replicas, const ModelInputs& in) {
+  const Layout& layout = in.layout;
+  const LayoutLinks& links = in.links;
   Candidate c;
   c.replicas = replicas;
   c.layout = layout;
-  c.batch = batch;
-  const ModelInputs in = inputs(r, layout, batch, links);
+  c.batch = in.work.batch;
   c.precision = r.work.act_bytes >= 4 ? Precision::kF32 : r.work.fp8_linear ? Precision::kFp8 : Precision::kBf16;
   c.needs_trained_model = layout.variant != r.model.trained_variant;
   c.prediction = r.kind == ModelKind::kAppendix ? predict_appendix(in, links.tp.hosts) : predict(in);
   c.total_tokens_per_s = replicas * c.prediction.tokens_per_s;
   c.tp_link = describe_tp_link(links);
   c.tp_hosts = links.tp.ranks > 1 ? links.tp.hosts : 1;
+  c.ep_link = describe_ep_link(links.ep);
+  c.ep_hosts = links.ep.ranks > 1 ? links.ep.hosts : 1;
   for (bool x : links.boundary_crosses_host) c.boundary_crosses_host = c.boundary_crosses_host || x;
   const Prediction& p = c.prediction;
   if (!p.feasible) {
@@ -147,6 +214,11 @@ Candidate evaluate(const PlanRequest& r, int replicas, const Layout& layout, int
   }
   c.slo_miss = tpot.empty() ? ttft : ttft.empty() ? tpot : tpot + ", " + ttft;
   return c;
+}
+}  // namespace
+
+Candidate evaluate(const PlanRequest& r, int replicas, const Layout& layout, int batch, const LayoutLinks& links) {
+  return evaluate_inputs(r, replicas, inputs(r, layout, batch, links));
 }
 
 std::string_view to_string(Objective o) {
@@ -190,9 +262,10 @@ std::string binding_constraint(const PlanResult& res) {
     }
   }
   if (best_slo)
-    return fmt::format("the latency SLO: the closest layout (d={} p={} t={} m={} {} batch {}) has {}", best_slo->replicas,
-                       best_slo->layout.p, best_slo->layout.t, best_slo->layout.microbatches,
-                       to_string(best_slo->layout.variant), best_slo->batch, best_slo->slo_miss);
+    return fmt::format("the latency SLO: the closest layout (d={} p={} t={} m={} {} batch {}{}) has {}",
+                       best_slo->replicas, best_slo->layout.p, best_slo->layout.t, best_slo->layout.microbatches,
+                       to_string(best_slo->layout.variant), best_slo->batch, chunk_words(best_slo->layout),
+                       best_slo->slo_miss);
   if (best_mem)
     return fmt::format("device memory: the closest layout (d={} p={} t={} batch {}) {}", best_mem->replicas,
                        best_mem->layout.p, best_mem->layout.t, best_mem->batch, best_mem->prediction.reason);
@@ -217,7 +290,8 @@ std::string why_line(const PlanResult& res, Objective objective) {
     }
   for (const auto& b : res.bounds)
     if (b.replicas == w.replicas && b.layout.p == w.layout.p && b.layout.t == w.layout.t &&
-        b.layout.microbatches == w.layout.microbatches && b.batch == w.batch) {
+        b.layout.microbatches == w.layout.microbatches && b.layout.prefill_chunk == w.layout.prefill_chunk &&
+        b.batch == w.batch) {
       vs += fmt::format("; it reaches {:.0f}% of its no-communication bound", 100 * w.total_tokens_per_s / b.total_tokens_per_s);
       break;
     }
@@ -225,8 +299,8 @@ std::string why_line(const PlanResult& res, Objective objective) {
 }
 
 std::string layout_words(const Candidate& c) {
-  return fmt::format("d={} p={} t={} m={} batch {}", c.replicas, c.layout.p, c.layout.t, c.layout.microbatches,
-                     c.batch);
+  return fmt::format("d={} p={} t={} m={} batch {}{}", c.replicas, c.layout.p, c.layout.t, c.layout.microbatches,
+                     c.batch, chunk_words(c.layout));
 }
 
 // The winner's TP group spans hosts: what the fabric costs it per decode step, and what it
@@ -329,6 +403,7 @@ PlanResult plan(const PlanRequest& r) {
   const Variant t1 = listed(r.model.trained_variant) ? r.model.trained_variant
                      : listed(Variant::kStandard)    ? Variant::kStandard
                                                      : r.variants.empty() ? Variant::kStandard : r.variants.front();
+  const std::vector<int> chunks = chunk_options(r);
   // Precisions: each is a workload of its own element sizes.
   std::vector<PlanRequest> per_precision;
   if (r.precisions.empty()) per_precision.push_back(r);
@@ -342,16 +417,29 @@ PlanResult plan(const PlanRequest& r) {
     for (int t : divisors(per)) {
       const int p = per / t;
       if (p > r.model.layers) continue;  // reported once below as a shape constraint
-      const LayoutLinks links = layout_links(r.cluster, p, t);
+      const LayoutLinks grid_links = layout_links(r.cluster, p, t);
+      for (const auto& [ep, ep_group] : ep_options(r, d, p, t)) {
+      LayoutLinks links = grid_links;
+      links.ep = ep_group;
       for (const PlanRequest& rp : per_precision)
       for (Variant v : r.variants) {
         if (t == 1 && v != t1) continue;
         if (r.kind == ModelKind::kAppendix && v != Variant::kStandard && listed(Variant::kStandard)) continue;
-        for (int batch : r.batches)
-          for (int m : microbatch_options(p, batch)) {
+        for (int batch : r.batches) {
+          // The wave of whole prompts does not depend on the decode microbatches: its best
+          // prefill microbatch count, found once per batch, is reused for every m.
+          int wave_m = 0;
+          ModelInputs in = inputs(rp, Layout{p, t, 1, v, r.lp_fraction}, batch, links);
+          for (int m : microbatch_options(p, batch, r.kind))
+          for (int chunk : chunks) {
             Layout l{p, t, m, v, r.lp_fraction};
-            Candidate c = evaluate(rp, d, l, batch, links);
+            l.ep = ep;
+            l.prefill_chunk = chunk;
+            l.prefill_microbatches = chunk == 0 ? wave_m : 0;
+            in.layout = l;
+            Candidate c = evaluate_inputs(rp, d, in);
             ++res.evaluated;
+            if (chunk == 0 && c.prediction.feasible) wave_m = c.prediction.prefill_microbatches;
             if (c.prediction.feasible && c.slo_miss.empty() && v == Variant::kNoComm) {
               res.feasible.push_back(c);
               res.bounds.push_back(std::move(c));  // an upper bound, never a pick
@@ -363,7 +451,9 @@ PlanResult plan(const PlanRequest& r) {
               res.ranked.push_back(std::move(c));
             }
           }
+        }
       }
+      }  // ep
     }
   }
   std::sort(res.ranked.begin(), res.ranked.end(),

@@ -155,6 +155,9 @@ ValidationReport validate(const PlanRequest& request, const std::vector<Measurem
     if (m.prompt_len > 0) r.work.prompt_len = m.prompt_len;
     if (m.gen_len > 0) r.work.gen_len = m.gen_len;
     Layout l{m.p, m.t, m.microbatches, m.variant, r.lp_fraction};
+    // The measured runs prefilled whole prompts in the engine's microbatch groups, one wave
+    // per group: predict that wave, not the planner's fastest split of it.
+    l.prefill_microbatches = m.microbatches;
     if (m.p * m.t > r.cluster.ranks())
       throw_error(ErrorCode::kInvalidArgument, "measured layout p={} t={} needs more ranks than the cluster's {}", m.p,
                   m.t, r.cluster.ranks());

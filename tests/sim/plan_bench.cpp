@@ -44,6 +44,12 @@ BENCHMARK_CAPTURE(BM_Plan, llama405b_cli_defaults_fp8, "llama-3.1-405b", false, 
 // Every variant, both precisions, the 9 batch sizes: the largest search the flags allow.
 BENCHMARK_CAPTURE(BM_Plan, llama405b_all_variants_fp8, "llama-3.1-405b", false, false, true)
     ->Arg(1024)->Unit(benchmark::kMillisecond);
+// A mixture of experts adds expert parallelism to the search (ep = 1 and a x t for every a
+// dividing d that divides the 256 experts): DeepSeek-V3, the defaults with bf16 and fp8.
+BENCHMARK_CAPTURE(BM_Plan, deepseek_v3_cli_defaults, "deepseek-v3", false, true)
+    ->Arg(1024)->Arg(16384)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Plan, deepseek_v3_cli_defaults_fp8, "deepseek-v3", false, true, true)
+    ->Arg(1024)->Arg(16384)->Unit(benchmark::kMillisecond);
 // The same search with the appendix model (the paper's equations) as the in-run reference.
 BENCHMARK_CAPTURE(BM_Plan, llama70b_appendix, "llama-3.1-70b", true)->Arg(1024)->Unit(benchmark::kMillisecond);
 

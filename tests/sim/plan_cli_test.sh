@@ -37,15 +37,18 @@ if [[ -n $rows ]] && ! grep -qv ' standard ' <<<"$rows" && ! grep -q 'needs a mo
    grep -q '^SLO      TPOT <= 50 ms, TTFT <= 2000 ms (defaults' <<<"$out" && grep -q '^objective goodput' <<<"$out"; then
   echo "ok   defaults-standard-goodput"
 else echo "FAIL defaults-standard-goodput"; echo "$out" | head -20; fail=1; fi
-# Every ranked row meets the default SLOs (TPOT column 8, TTFT column 9).
-if awk '$1 ~ /^[0-9]+$/ && $2 ~ /x/ && ($8 > 50 || $9 > 2000) {bad=1} END {exit bad}' <<<"$rows"; then
+# Every ranked row meets the default SLOs (TPOT column 9, TTFT column 10).
+if awk '$1 ~ /^[0-9]+$/ && $2 ~ /x/ && ($9 > 50 || $10 > 2000) {bad=1} END {exit bad}' <<<"$rows"; then
   echo "ok   defaults-meet-slo"
 else echo "FAIL defaults-meet-slo"; echo "$rows"; fail=1; fi
-# The launch block runs the layout the table ranks first: mpirun -np p*t ... serve --pp P --tp T.
-row=$(awk '$1 == "1" {print $2, $5}' <<<"$out")
-read -r grid batch <<<"$row"
+# The launch block runs the layout the table ranks first: mpirun -np p*t ... serve --pp P --tp T,
+# with its prefill chunk (the default objective picks a chunked layout on this cluster).
+row=$(awk '$1 == "1" {print $2, $5, $6}' <<<"$out")
+read -r grid batch chunk <<<"$row"
 IFS=x read -r d pp tp <<<"$grid"
-if grep -qF "mpirun -np $((pp * tp)) --hostfile hosts.0 trellis serve --model \"\$TRELLIS_MODEL\" --pp $pp --tp $tp --max-seqs $batch --port 8000" <<<"$out" &&
+[[ $chunk =~ ^[0-9]+$ ]] || { echo "FAIL launch-line: #1 is not chunked ('$chunk')"; fail=1; }
+serve=$(grep -F "mpirun -np $((pp * tp)) --hostfile hosts.0 " <<<"$out" | grep -F ' trellis serve ')
+if grep -qF "trellis serve --model \"\$TRELLIS_MODEL\" --pp $pp --tp $tp --max-seqs $batch --prefill-chunk $chunk --port 8000" <<<"$serve" &&
    grep -qE '^  node0 slots=[0-9]+' <<<"$out"; then echo "ok   launch-line ($grid)"
 else echo "FAIL launch-line: #1 '$grid'"; echo "$out" | tail -12; fail=1; fi
 out=$("$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100-NDR --top 30 --variants all)
@@ -76,8 +79,8 @@ PY
 then echo "ok   p1-no-bubble"; else echo "FAIL p1-no-bubble"; fail=1; fi
 # A TP group spanning hosts is explained in one line (text) and in JSON.
 check tp-across-hosts 0 '^TP across hosts: t=16 spans 2 hosts, so each all-reduce also crosses ib-ndr at 50.0 GB/s per rank.*best layout with TP inside a host, d=1 p=2 t=8' -- \
-  "$TRELLIS" plan --model llama-3.1-405b --cluster 2x8xH100-NDR --no-replicas --objective throughput --top 2
-"$TRELLIS" plan --model llama-3.1-405b --cluster 2x8xH100-NDR --no-replicas --objective throughput --json --top 1 > "$TMP/x.json"
+  "$TRELLIS" plan --model llama-3.1-405b --cluster 2x8xH100-NDR --no-replicas --objective throughput --batch 16,32 --top 2
+"$TRELLIS" plan --model llama-3.1-405b --cluster 2x8xH100-NDR --no-replicas --objective throughput --batch 16,32 --json --top 1 > "$TMP/x.json"
 if python3 - "$TMP/x.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -100,6 +103,30 @@ check h20-roce 0 'cluster  2 host\(s\) x 8 H20, in-host nvlink4, fabric roce-400
   "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH20-ROCE400 --top 1
 check nvlink-domain-bad 1 'nvlink-domain=12: must be a multiple of the 8 devices per host' -- \
   "$TRELLIS" plan --model llama-3.1-8b --cluster hosts=2,gpus=8,nvlink-domain=12
+# Prefill chunk: a plan dimension (a column, JSON, the launch line); bad values name the flag.
+out=$("$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100-NDR --top 40 --prefill-chunk 0,512 --batch 8)
+if grep -qE '^ +[0-9]+ .* whole ' <<<"$out" && grep -qE '^ +[0-9]+ .* 512 ' <<<"$out" &&
+   grep -qE '^ +# d x p x t +m variant +batch chunk ' <<<"$out"; then echo "ok   prefill-chunk-column"
+else echo "FAIL prefill-chunk-column"; echo "$out" | head -20; fail=1; fi
+"$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100-NDR --json --top 3 --prefill-chunk 0,256 > "$TMP/c.json"
+if python3 - "$TMP/c.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["ranked"]
+assert rows and all(r["prefill_chunk"] in (0, 256) and r["prefill"]["chunk"] == r["prefill_chunk"] for r in rows), rows
+for r in rows:
+    p = r["prefill"]
+    if r["prefill_chunk"]:
+        assert p["iterations"] == 4 and 0 < p["chunk_share"] <= 1 and p["tpot_interference_ms"] > 0, p
+    else:
+        assert p["microbatches"] >= 1 and p["iterations"] == 1, p
+PY
+then echo "ok   prefill-chunk-json"; else echo "FAIL prefill-chunk-json"; fail=1; fi
+check prefill-chunk-negative 1 '--prefill-chunk -256: must be >= 0 tokens \(0: whole prompts\)' -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --prefill-chunk 0,-256
+check prefill-chunk-not-integer 1 "--prefill-chunk '512,1.5': '1.5' is not a whole number of tokens" -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --prefill-chunk 512,1.5
+check prefill-chunk-beyond-context 1 '--prefill-chunk 200000: longer than the context of llama-3.1-8b \(131072 tokens\)' -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --prefill-chunk 200000
 # Precision: fp8 where the GPU has FP8 tensor cores.
 check fp8-column 0 '^ +1 .* fp8 ' -- "$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH20 --dtype all --top 3
 check fp8-no-tensor-cores 1 '--dtype fp8: A100-SXM has no FP8 tensor cores; devices that have them: H100-SXM' -- \
@@ -111,10 +138,22 @@ check unknown-spec-gpu 1 "unknown gpu 'TPU'; valid GPUs: .*H20" -- \
   "$TRELLIS" plan --model llama-3.1-8b --cluster hosts=2,gpus=8,gpu=TPU
 check unknown-spec-key 1 "unknown key 'foo'; valid keys: hosts .* nvlink-domain" -- \
   "$TRELLIS" plan --model llama-3.1-8b --cluster hosts=2,gpus=8,foo=1
-mkdir -p "$TMP/moe"
-echo '{"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100, "num_local_experts": 8}' > "$TMP/moe/config.json"
-check moe-refused 1 "field 'num_local_experts' \(mixture of experts\) is not modelled" -- \
-  "$TRELLIS" plan --model "$TMP/moe" --cluster 1x8xH100
+# Experts and MLA are modelled (issue 21 item 3): a config with experts is planned with an ep
+# column; a field about experts or routing the planner does not know is refused by name.
+mkdir -p "$TMP/moe" "$TMP/moe-unknown"
+echo '{"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100, "num_local_experts": 8, "num_experts_per_tok": 2}' > "$TMP/moe/config.json"
+check moe-planned 0 '^ +# d x p x t +m +ep variant' -- "$TRELLIS" plan --model "$TMP/moe" --cluster 1x8xH100 --top 3
+echo '{"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100, "num_local_experts": 8, "num_experts_per_tok": 2, "expert_capacity_factor": 1.25}' > "$TMP/moe-unknown/config.json"
+check moe-unknown-field-refused 1 "field 'expert_capacity_factor' \(experts, routing or latent attention\) is not modelled" -- \
+  "$TRELLIS" plan --model "$TMP/moe-unknown" --cluster 1x8xH100
+# DeepSeek-V3 on 2x8 H100: fp8 fits with expert parallelism (ep > 1 in the table and the
+# JSON), bf16 does not fit at all.
+check moe-deepseek-fp8-ep 0 '^ +1 +[0-9]+x[0-9]+x[0-9]+ +[0-9]+ +([2-9]|[1-9][0-9]+) standard +fp8 .*, EP ' -- \
+  "$TRELLIS" plan --model deepseek-v3 --cluster 2x8xH100-NDR --dtype fp8 --top 3
+check moe-deepseek-json-ep 0 '"ep": ([2-9]|[1-9][0-9]+),' -- \
+  "$TRELLIS" plan --model deepseek-v3 --cluster 2x8xH100-NDR --dtype fp8 --top 3 --json
+check moe-deepseek-bf16-memory 1 'binding constraint is device memory' -- \
+  "$TRELLIS" plan --model deepseek-v3 --cluster 2x8xH100-NDR --dtype bf16 --top 3
 mkdir -p "$TMP/neox"
 echo '{"num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 8, "vocab_size": 1000, "use_parallel_residual": true}' > "$TMP/neox/config.json"
 out=$("$TRELLIS" plan --model "$TMP/neox" --cluster 1x8xH100 --top 5)
@@ -136,7 +175,7 @@ check slo-closest 1 'closest misses, one per grid.*' -- \
 out=$("$TRELLIS" plan --model llama-3.1-70b --cluster 2x8xH100 --slo-tpot-ms 5 --top 3)
 if [[ $(grep -cE '^ +[0-9]+ .*TPOT [0-9.]+ ms > SLO 5.00 ms \(\+[0-9]+%\)$' <<<"$out") == 3 ]]; then echo "ok   slo-closest-rows"
 else echo "FAIL slo-closest-rows"; echo "$out"; fail=1; fi
-check memory-closest 1 '1 +1x1x2 .*memory: needs 380.1 GiB per device > 76.0 GiB usable \(\+400%\)' -- \
+check memory-closest 1 '1 +1x1x2 .*memory: needs 379.9 GiB per device > 76.0 GiB usable \(\+400%\)' -- \
   "$TRELLIS" plan --model llama-3.1-405b --cluster 1x2xH100
 echo '{"schema": "trellis.calibration.v1", "links": [{"class": "rdma", "alpha_us": "x", "bandwidth_GBps": 1}]}' > "$TMP/bad.json"
 check bad-calibration 1 "field 'links\[0\].alpha_us'" -- \
@@ -185,7 +224,7 @@ grep -q -- '--gpus-per-task' "$TMP/cpu.sh" && { echo "FAIL sbatch-cpu: --gpus-pe
 mkdir -p "$TMP/bin" "$TMP/ckpt"
 printf '#!/bin/sh\necho "srun $*"\n' > "$TMP/bin/srun"; chmod +x "$TMP/bin/srun"
 check sbatch-needs-model 2 'set TRELLIS_MODEL to smollm2-135m' -- env PATH="$TMP/bin:$PATH" bash "$TMP/cpu.sh"
-check sbatch-srun 0 "^srun --mpi=pmix $TRELLIS run --model $TMP/ckpt --pp [0-9]+ --tp [0-9]+ --max-seqs [0-9]+ --workload n=[0-9]+,in=1024,out=512 --out trellis-.*\.jsonl$" -- \
+check sbatch-srun 0 "^srun --mpi=pmix $TRELLIS run --model $TMP/ckpt --pp [0-9]+ --tp [0-9]+ --max-seqs [0-9]+( --prefill-chunk [0-9]+)? --workload n=[0-9]+,in=1024,out=512 --out trellis-.*\.jsonl$" -- \
   env PATH="$TMP/bin:$PATH" TRELLIS="$TRELLIS" TRELLIS_MODEL="$TMP/ckpt" SLURM_JOB_ID=7 bash "$TMP/cpu.sh"
 # Data-parallel replicas become a job array, one replica per array task.
 out=$("$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --top 1 --sbatch "$TMP/dp.sh")

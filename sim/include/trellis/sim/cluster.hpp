@@ -71,6 +71,12 @@ ClusterView make_cluster_view(const topology::Topology& topo, const std::string&
 // host" when it crosses the fabric.
 LayoutLinks layout_links(const ClusterView& c, int p, int t, int first_rank = 0);
 
+// Links of the expert-parallel group of a layout whose replicas are p x t grids packed one
+// after another (as layout_links places them): stage s of `ep / t` neighbouring replicas,
+// the worst stage (fewest ranks of the group sharing a host or NVLink domain). ep must be a
+// multiple of t; ep <= 1 gives a group of one rank.
+EpLinks ep_links(const ClusterView& c, int p, int t, int ep);
+
 // The catalog device a topology model string names ("NVIDIA H100 80GB HBM3" -> H100-SXM),
 // or nullptr when none matches.
 const DeviceSpec* match_device_model(const std::string& model);

@@ -15,6 +15,10 @@
 //  * variants change how many all-reduces block (standard 2/layer, parallel 1, desync2 1,
 //    desync4 1/2, lp 1 on paired layers, ladder 2 but overlapped with the next module,
 //    nocomm 0);
+//  * mixtures of experts: a MoE layer holds E/ep whole experts per rank (ep > 1) or 1/t of
+//    each (ep = 1), reads only the experts the batch touches, and with ep > 1 moves its
+//    tokens to their experts and back by two all-to-alls; MLA caches one latent per token
+//    (docs/planner.md, "MoE and MLA");
 //  * memory per device (weights + KV cache + activations + reserve) is checked against
 //    the device memory and the layout rejected with the numbers.
 // Pure functions over values; thread-safe.
@@ -66,9 +70,21 @@ struct GroupLinks {
   std::vector<std::pair<double, double>> measured_curve;
 };
 
+// How the `ranks` of one expert-parallel group reach each other (the all-to-all of a MoE
+// layer): `per_domain` of them share a host or NVLink domain over `intra`, the others are
+// reached across `hosts` domains over `inter`, each rank's share of its host's NICs.
+struct EpLinks {
+  int ranks = 1;
+  int hosts = 1;
+  int per_domain = 1;
+  LinkCost intra;
+  LinkCost inter;
+};
+
 // Links one layout uses: its TP group and its p-1 stage boundaries (rank j of stage i sends
 // to rank j of stage i+1; `boundaries[i]` is that pair's link share).
 struct LayoutLinks {
+  EpLinks ep;                  // the expert-parallel group (MoE layouts with ep > 1)
   GroupLinks tp;
   std::vector<LinkCost> boundaries;
   std::vector<bool> boundary_crosses_host;
@@ -160,7 +176,27 @@ struct Layout {
   int microbatches = 1;
   Variant variant = Variant::kStandard;
   double lp_fraction = 0.8;   // share of layers in LP pairs (the paper pairs layers 4-29 of 32)
+  // Expert parallelism (MoE models). 1: each routed expert is split over the stage's t ranks
+  // like a dense MLP. ep = a x t (a >= 1): the routed experts of a stage are spread whole over
+  // the ep ranks of that stage in `a` neighbouring replicas (attention stays data-parallel
+  // across the replicas and TP-t inside each), E/ep experts per rank; tokens reach their
+  // experts by an all-to-all (dispatch) and come back by another (combine).
+  int ep = 1;
+  // Prompt tokens prefilled per iteration of a microbatch group (`trellis run/serve
+  // --prefill-chunk`). 0: whole prompts, modelled as the wave of `batch` prompts arriving
+  // together. C > 0: the steady state of continuous batching, each new prompt prefilled C
+  // tokens per iteration of its group in the same forward as the group's decode steps, its
+  // first token after ceil(prompt / C) iterations. docs/planner.md, "Chunked prefill".
+  int prefill_chunk = 0;
+  // Microbatches the wave's prompts are split into (whole prompts only); 0: the count in
+  // {powers of two, p x powers of two} <= batch with the shortest TTFT.
+  int prefill_microbatches = 0;
 };
+
+// The assumed load imbalance of expert parallelism: the busiest of the ep ranks gets this
+// many times the mean number of routed tokens (and expert weights to read). An assumption,
+// not a measurement: docs/planner.md ("MoE and MLA") says why 1.2.
+constexpr double kDefaultExpertImbalance = 1.2;
 
 // Everything one prediction needs.
 struct ModelInputs {
@@ -176,6 +212,7 @@ struct ModelInputs {
   int ranks_per_host = 1;     // ranks of this layout on one host (core sharing)
   double compute_scale = 1;   // calibration: measured / catalog compute throughput
   double memory_scale = 1;    // calibration: measured / catalog memory bandwidth
+  double expert_imbalance = kDefaultExpertImbalance;  // busiest EP rank / mean (>= 1; ep > 1 only)
 };
 
 // Seconds per microbatch spent in each term, on the slowest stage of one decode step.
@@ -196,6 +233,7 @@ struct Breakdown {
                                 // preparation of stage 0, the engine's step, token return)
   double tp_comm_inter = 0;     // the part of tp_comm spent crossing the fabric (TP groups
                                 // spanning hosts: the inter-host all-reduce of each shard)
+  double ep_comm = 0;           // MoE all-to-alls (dispatch + combine) of the stage's MoE layers
 };
 
 struct Memory {
@@ -209,8 +247,9 @@ struct Memory {
 struct Prediction {
   bool feasible = true;
   std::string reason;           // why not feasible, with numbers
-  double ttft_s = 0;            // the last sequence of the batch gets its first token
-  double tpot_s = 0;            // time per output token in steady decode
+  double ttft_s = 0;            // whole prompts: the last prompt of the wave gets its first
+                                // token; chunked: a new request's mean time to first token
+  double tpot_s = 0;            // time per output token in steady decode (chunks included)
   double decode_tokens_per_s = 0;
   double tokens_per_s = 0;      // generated tokens / (TTFT + gen_len x TPOT), batch-wide
   Memory memory;                // on the fullest device
@@ -219,6 +258,15 @@ struct Prediction {
   Breakdown prefill;            // per prefill microbatch, on the slowest stage
   std::string dominant;         // one line: which term bounds the decode period
   std::vector<std::string> warnings;  // e.g. a message size outside the calibrated range
+  // Prefill (docs/planner.md, "Chunked prefill").
+  int prefill_microbatches = 0; // whole prompts: microbatches of the wave (0 when chunked)
+  int prefill_iterations = 1;   // iterations of its group until a prompt's first token
+  double prefill_fill_drain_s = 0;  // whole prompts: time the slowest stage idles while the
+                                    // wave fills and drains the pipeline (0 for p = 1)
+  double chunk_share = 0;       // chunked: share of a group's iterations that carry a chunk
+  double chunk_step_s = 0;      // chunked: period of an iteration carrying a chunk (the gap
+                                // between two tokens of a sequence then)
+  double interference_s = 0;    // chunked: what the chunks add to TPOT over decode alone
 };
 
 // Time of one all-reduce of `bytes` over a TP group (0 for one rank): the measured curve
@@ -230,6 +278,14 @@ double allreduce_time(const GroupLinks& g, double bytes);
 // at its share of the NICs (0 for a group inside one host; all of it when the group's time
 // is a measurement over the fabric).
 double allreduce_inter_time(const GroupLinks& g, double bytes);
+// Time of one all-to-all in which each rank of an EP group sends `bytes` in all, spread
+// evenly over the group's ranks (itself included, so (ep-1)/ep of it leaves the rank): the
+// share for peers in its domain over `intra` and the share for the others over `inter`, both
+// at once, each one alpha (all sends are posted together). 0 for one rank.
+double alltoall_time(const EpLinks& g, double bytes);
+// Expected distinct experts of `experts` that `tokens` tokens touch when each picks `top_k`
+// of them at random: experts x (1 - (1 - top_k/experts)^tokens).
+double experts_touched(int experts, int top_k, double tokens);
 // Time of a point-to-point transfer: alpha + bytes / bandwidth.
 double transfer_time(const LinkCost& l, double bytes);
 // Roofline time of `flops` and `bytes` on the device at the given efficiencies.

@@ -1,5 +1,7 @@
 // The planner: enumerates every layout of a model on a cluster — replicas d, pipeline
-// degree p, TP degree t (d*p*t = the devices used), microbatches m, variant, batch — predicts
+// degree p, TP degree t (d*p*t = the devices used), decode microbatches m (powers of two and
+// p x powers of two up to the batch), prefill chunk, variant, precision, batch, and for MoE
+// models the expert-parallel degree ep (1, or a x t with a dividing d) — predicts
 // each with the refined model (or the appendix model, for comparison), drops the infeasible
 // ones with their reason, and ranks the rest by throughput under the latency SLO.
 //
@@ -35,6 +37,15 @@ Objective parse_objective(std::string_view name);
 constexpr double kDefaultSloTtftS = 2.0;
 constexpr double kDefaultSloTpotS = 0.050;
 
+// Prompt tokens per iteration the planner tries by default (`--prefill-chunk`): 0 = whole
+// prompts (the wave of a batch arriving together), and chunks as vLLM and Sarathi-Serve use
+// them (Sarathi's token budgets are 512-2048; vLLM's default max_num_batched_tokens was 512
+// for chunked prefill). Chunks at least as long as the prompt are one option (all alike).
+inline const std::vector<int>& default_prefill_chunks() {
+  static const std::vector<int> v = {0, 256, 512, 1024, 2048};
+  return v;
+}
+
 struct PlanRequest {
   ModelSpec model;
   ClusterView cluster;
@@ -44,6 +55,10 @@ struct PlanRequest {
   Workload work;                    // prompt/gen lengths and element sizes (batch ignored)
   // Number formats to enumerate (a plan dimension); empty: `work`'s element sizes as given.
   std::vector<Precision> precisions;
+  // Prefill chunk sizes to enumerate (a plan dimension; Layout::prefill_chunk), tokens >= 0.
+  // Chunks of at least the prompt's length collapse into one option; the appendix model
+  // plans whole prompts only.
+  std::vector<int> prefill_chunks = default_prefill_chunks();
   Objective objective = Objective::kGoodput;
   std::optional<double> slo_tpot_s;
   std::optional<double> slo_ttft_s;
@@ -54,6 +69,8 @@ struct PlanRequest {
   double compute_scale = 1;         // from calibration
   double memory_scale = 1;
   double lp_fraction = 0.8;
+  // MoE models: the busiest EP rank's routed tokens over the mean (cost_model.hpp).
+  double expert_imbalance = kDefaultExpertImbalance;
   ModelKind kind = ModelKind::kRefined;
   bool replicas = true;             // also consider d > 1 data-parallel replicas
 };
@@ -68,6 +85,8 @@ struct Candidate {
   bool boundary_crosses_host = false;
   std::string tp_link;              // the TP group's link ("nvlink4", "ib-ndr across 2 hosts")
   int tp_hosts = 1;                 // hosts (NVLink domains) the TP group spans
+  std::string ep_link;              // the EP group's all-to-all link ("-" for ep = 1)
+  int ep_hosts = 1;                 // hosts (NVLink domains) the EP group spans
   Precision precision = Precision::kBf16;
   // The variant differs from the one the model was trained as: the plan is only valid for a
   // checkpoint trained for it (nocomm: never, its outputs are wrong).
