@@ -9,18 +9,32 @@
 
 namespace trellis {
 
+namespace {
+
+// The state letter of /proc/PID/stat, or 0 when it cannot be read. It follows the command
+// name, which is in parentheses and may itself contain spaces or ')': the last ')' ends it.
+char state_letter(std::int64_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return 0;
+  auto paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return 0;
+  return line[paren + 2];
+}
+
+}  // namespace
+
 bool process_alive(std::int64_t pid) {
   if (pid <= 0) return true;
   if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
-  // The state letter follows the command name, which is in parentheses and may itself
-  // contain spaces or ')': the last ')' is the end of the name.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  auto paren = line.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= line.size()) return true;
-  const char state = line[paren + 2];
+  const char state = state_letter(pid);
   return state != 'Z' && state != 'X';
+}
+
+bool process_stopped(std::int64_t pid) {
+  if (pid <= 0) return false;
+  const char state = state_letter(pid);
+  return state == 'T' || state == 't';
 }
 
 std::vector<int> allowed_cpus() {

@@ -466,6 +466,9 @@ void Engine::progress_loop(const std::atomic<bool>& finished) {
   try {
     auto last_check = Clock::now();
     auto idle_sleep = opt_.progress_interval;
+    // When each same-host rank was first seen stopped (SIGSTOP, a debugger); cleared when it
+    // runs again.
+    std::vector<std::optional<Clock::time_point>> stopped_since(opt_.host_pids.size());
     while (!finished.load(std::memory_order_relaxed) && !failed_.failed) {
       const std::uint64_t posts = links_.post_count();
       links_.progress();
@@ -473,10 +476,26 @@ void Engine::progress_loop(const std::atomic<bool>& finished) {
       // that waits on it in turn; checking the host's pids names the dead one at once.
       if (Clock::now() - last_check >= std::chrono::milliseconds(100)) {
         last_check = Clock::now();
-        for (std::size_t r = 0; r < opt_.host_pids.size(); ++r)
-          if (static_cast<int>(r) != rank_ && !process_alive(opt_.host_pids[r]))
+        for (std::size_t r = 0; r < opt_.host_pids.size(); ++r) {
+          if (static_cast<int>(r) == rank_) continue;
+          if (!process_alive(opt_.host_pids[r]))
             throw_error(ErrorCode::kPeerFailed, "rank {}: rank {} (pid {}, same host) died", rank_, r,
                         opt_.host_pids[r]);
+          // A stopped rank is alive but answers nothing: the ranks waiting on it, directly or
+          // through others, would each blame the peer they wait on at their deadline. Named
+          // here at half the deadline, before any wait gives up, it is the one blamed.
+          auto& since = stopped_since[r];
+          if (!process_stopped(opt_.host_pids[r])) {
+            since.reset();
+          } else if (!since) {
+            since = last_check;
+          } else if (last_check - *since >= opt_.deadline / 2) {
+            throw_error(ErrorCode::kPeerFailed,
+                        "rank {}: rank {} (pid {}, same host) has been stopped for {} ms (process state T: SIGSTOP, "
+                        "Ctrl-Z or a debugger) and answers nothing", rank_, r, opt_.host_pids[r],
+                        std::chrono::duration_cast<std::chrono::milliseconds>(last_check - *since).count());
+          }
+        }
       }
       // Every pass wakes a thread that shares the cores with the forward, so pass often
       // only while a send is in flight; otherwise back off (doubling) to progress_idle_max

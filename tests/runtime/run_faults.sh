@@ -4,6 +4,7 @@
 #     names rank 2; under --enable-recovery (survivors left alive by mpirun) the first
 #     report of trellis's own names the dead rank, for ranks 1, 2 and 3;
 #  1c. --out keeps the answers that finished before a rank died (written as they end);
+#  1d. a SIGSTOPped rank (hung, alive) is the one the first report names, for ranks 1-3;
 #  2. SIGINT to mpirun (Ctrl-C): every rank stops cleanly (summary printed, "stopped
 #     cleanly", nobody killed), well before the run would have ended.
 #   run_faults.sh TRELLIS MPIEXEC [MPI FLAGS...]
@@ -71,6 +72,29 @@ for v in 1 2 3; do
   [ -n "$first" ] || fail "no rank reported the death of rank $v within 30 s"
   grep -q "rank $v (pid" <<<"$first" || fail "the first report does not name rank $v as dead: $first"
   echo "ok: with --enable-recovery, the first report (${took}s) names rank $v: $first"
+done
+
+# 1d. A hung rank (SIGSTOP: alive, answers nothing) is the one blamed (issue 20.3): its
+# host-mates' watchdogs see it stopped and fail the job at half the deadline, before any
+# wait on a live rank gives up and blames that one. Ranks 1, 2 and 3, deadline 4 s.
+for v in 1 2 3; do
+  "${MPI[@]}" -np 4 "$T" --set comm.deadline_ms=4000 "${LONG[@]}" > "$W/log" 2>&1 &
+  PID=$!
+  wait_started || fail "the run did not start"
+  victim=$(rank_pid $v)
+  [ -n "$victim" ] || fail "cannot find rank $v's process"
+  start=$(date +%s)
+  kill -STOP "$victim"
+  for _ in $(seq 1 300); do grep -q "\[critical\]" "$W/log" && break; sleep 0.1; done
+  first=$(grep -m1 "\[critical\]" "$W/log")
+  took=$(( $(date +%s) - start ))
+  kill -CONT "$victim" 2>/dev/null
+  for _ in $(seq 1 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$PID" 2>/dev/null; pkill -9 -P "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; PID=
+  [ -n "$first" ] || fail "no rank reported the stopped rank $v within 30 s"
+  grep -q "rank $v (pid [0-9]*, same host) has been stopped" <<<"$first" ||
+    fail "the first report does not name rank $v as stopped: $first"
+  echo "ok: rank $v stopped -> the first report (${took}s) names it: $first"
 done
 
 # 1c. Answers that finished before a rank died stay in --out (issue 23.7): each request's

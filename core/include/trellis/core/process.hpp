@@ -14,6 +14,11 @@ namespace trellis {
 // call and a small read of /proc: callers check it every ~100 ms of waiting, not per poll.
 bool process_alive(std::int64_t pid);
 
+// Whether `pid` is stopped: state T (SIGSTOP, SIGTSTP, Ctrl-Z) or t (stopped by a
+// debugger). Such a process is alive but answers nothing, so a peer waiting on it would
+// otherwise blame whoever it happens to wait on at its deadline. False when unknown.
+bool process_stopped(std::int64_t pid);
+
 // The CPUs (OS indexes, ascending) the calling thread may run on: its affinity as taskset,
 // cgroups, a launcher or trellis's own binding left it. Empty when the kernel does not say.
 std::vector<int> allowed_cpus();
