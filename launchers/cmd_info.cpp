@@ -84,6 +84,15 @@ nlohmann::json library_json(const transport::LibraryReport& lib) {
   j["cuda"] = c.built ? nlohmann::json{{"built", true}, {"runtime", c.runtime}, {"driver", c.driver},
                                        {"devices", c.device_count}, {"nccl", c.nccl}, {"note", c.why}}
                       : nlohmann::json{{"built", false}, {"why", c.why}};
+  // The CUDA kernels (kernels/cuda/) and the GPUs they see; the lines above are transport's
+  // view (runtime, driver, NCCL).
+  const kernels::CudaKernelsInfo k = kernels::cuda_kernels_info();
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const auto& g : k.gpus)
+    gpus.push_back({{"index", g.index}, {"name", g.name}, {"compute_capability", fmt::format("{}.{}", g.major, g.minor)},
+                    {"multiprocessors", g.multiprocessors}, {"memory_bytes", g.memory_bytes}});
+  j["cuda_kernels"] = {{"built", k.built}, {"architectures", k.architectures}, {"cublaslt", k.cublaslt},
+                       {"gpus", gpus}, {"why", k.why}};
   nlohmann::json res = nlohmann::json::array();
   for (const auto& r : lib.ucx_resources)
     res.push_back({{"transport", r.transport}, {"device", r.device}, {"type", r.device_type},
@@ -108,6 +117,19 @@ void print_libraries(const nlohmann::json& j) {
                              c["nccl"].get<std::string>());
   } else {
     std::cout << fmt::format("  {:<8} not built: {}\n", "cuda", c["why"].get<std::string>());
+  }
+  const auto& k = j["cuda_kernels"];
+  if (k["built"].get<bool>()) {
+    std::cout << fmt::format("  {:<8} CUDA backend built for sm {} (cuBLASLt {}); {}\n", "kernels",
+                             k["architectures"].get<std::string>(), k["cublaslt"].get<std::string>(),
+                             k["gpus"].empty() ? "no GPU: " + k["why"].get<std::string>()
+                                               : std::to_string(k["gpus"].size()) + " GPU(s)");
+    for (const auto& g : k["gpus"])
+      std::cout << fmt::format("    GPU {}  {}  sm {}  {} SMs  {}\n", g["index"].get<int>(), g["name"].get<std::string>(),
+                               g["compute_capability"].get<std::string>(), g["multiprocessors"].get<int>(),
+                               format_bytes(g["memory_bytes"].get<double>()));
+  } else {
+    std::cout << fmt::format("  {:<8} CUDA backend not built: {}\n", "kernels", k["why"].get<std::string>());
   }
   std::cout << "\nUCX transports and devices\n";
   for (const auto& r : j["ucx_resources"])

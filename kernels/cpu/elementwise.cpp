@@ -132,12 +132,18 @@ void embedding(ThreadPool& pool, const TensorView& table, std::span<const std::i
 
 void convert(ThreadPool& pool, const TensorView& src, const TensorView& dst) {
   const std::int64_t n = src.cols();
-  dispatch_dtype(src.dtype, "convert", [&]<typename S>() {
+  // A block-quantised source (a GGUF weight) is dequantised row by row; its "type" for the
+  // dispatch below is any plain one, unused.
+  const DType s_type = is_quantized(src.dtype) ? DType::kF32 : src.dtype;
+  dispatch_dtype(s_type, "convert", [&]<typename S>() {
     dispatch_dtype(dst.dtype, "convert", [&]<typename D>() {
       pool.parallel_for(src.rows(), [&](std::int64_t lo, std::int64_t hi) {
         std::vector<float> tmp(static_cast<std::size_t>(n));
         for (std::int64_t r = lo; r < hi; ++r) {
-          row_to_f32<S>(static_cast<const typename S::T*>(src.row_ptr(r)), tmp.data(), n);
+          if (is_quantized(src.dtype))
+            dequantize_row(src.dtype, src.row_ptr(r), tmp.data(), n);
+          else
+            row_to_f32<S>(static_cast<const typename S::T*>(src.row_ptr(r)), tmp.data(), n);
           auto* o = static_cast<typename D::T*>(dst.row_ptr(r));
           for (std::int64_t i = 0; i < n; ++i) {
             float f = tmp[static_cast<std::size_t>(i)];

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <string>
 
+#include "cuda/cuda_ops.hpp"
+
 namespace trellis::kernels {
 
 std::string blas_description() {
@@ -42,6 +44,16 @@ std::string cpu_model_name() {
     return start == std::string::npos ? "unknown CPU" : line.substr(start);
   }
   return "unknown CPU";
+}
+
+CudaKernelsInfo cuda_kernels_info() {
+  try {
+    return cuda::info();
+  } catch (const std::exception& e) {  // the contract is "never throws"
+    CudaKernelsInfo i;
+    i.why = e.what();
+    return i;
+  }
 }
 
 }  // namespace trellis::kernels

@@ -2,6 +2,7 @@
 #include "trellis/kernels/attention.hpp"
 
 #include "cpu/cpu_ops.hpp"
+#include "cuda/cuda_ops.hpp"
 #include "trellis/core/error.hpp"
 
 namespace trellis::kernels {
@@ -55,6 +56,7 @@ void kv_write(const Context& ctx, const KvView& kv, const TensorView& k_new, con
   if (start_pos < 0 || start_pos + k.rows() > kv.capacity())
     throw_error(ErrorCode::kResourceExhausted, "kv_write: positions [{}, {}) do not fit a KV cache of capacity {}",
                 start_pos, start_pos + k.rows(), kv.capacity());
+  if (ctx.device() == Device::kCuda) return cuda::kv_write(ctx, kv, k, v, start_pos);
   cpu::kv_write(ctx.pool(), kv, k, v, start_pos);
 }
 
@@ -72,6 +74,7 @@ void attention_prefill(const Context& ctx, const AttentionDims& dims, const Tens
     throw_error(ErrorCode::kInvalidArgument, "{}: positions [{}, {}) exceed the KV cache capacity {}", op, start_pos,
                 start_pos + qm.rows(), kv.capacity());
   if (qm.rows() == 0) return;
+  if (ctx.device() == Device::kCuda) return cuda::attention_prefill(ctx, dims, qm, kv, start_pos, om);
   cpu::attention_prefill(ctx.pool(), dims, qm, kv, start_pos, om);
 }
 
@@ -96,6 +99,7 @@ void attention_decode(const Context& ctx, const AttentionDims& dims, const Tenso
                   lengths[b], kv[b].capacity());
   }
   if (batch == 0) return;
+  if (ctx.device() == Device::kCuda) return cuda::attention_decode(ctx, dims, qm, kv, lengths, om);
   cpu::attention_decode(ctx.pool(), dims, qm, kv, lengths, om);
 }
 

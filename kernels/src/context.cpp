@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "cuda/cuda_ops.hpp"
 #include "trellis/core/error.hpp"
 
 namespace trellis::kernels {
@@ -110,6 +111,34 @@ Context::Context(int threads) : pool_(std::make_unique<ThreadPool>(threads)) {
   // Our pool and OpenBLAS's never run at the same time (ops are synchronous), so give
   // OpenBLAS the same number of threads rather than oversubscribing the cores.
   openblas_set_num_threads(pool_->size());
+}
+
+Context::Context(Device device, int index) {
+  if (device == Device::kCpu) {
+    *this = Context(index);
+    return;
+  }
+  device_ = device;
+  gpu_ = index;
+  pool_ = std::make_unique<ThreadPool>(1);  // host-side work of a GPU rank is light
+  cuda_.reset(cuda::create_state(index));
+}
+
+Context::~Context() = default;
+Context::Context(Context&&) noexcept = default;
+Context& Context::operator=(Context&&) noexcept = default;
+
+void Context::CudaStateDeleter::operator()(CudaState* s) const noexcept { cuda::destroy_state(s); }
+
+void Context::synchronize() const {
+  if (cuda_) cuda::synchronize(*cuda_);
+}
+
+void* Context::cuda_stream() const { return cuda_ ? cuda::stream_of(*cuda_) : nullptr; }
+
+CudaState& Context::cuda_state() const {
+  if (!cuda_) throw_error(ErrorCode::kInternal, "cuda_state() called on a {} context", to_string(device_));
+  return *cuda_;
 }
 
 void Context::check_device(const char* op, const TensorView& v) const {

@@ -1,9 +1,12 @@
 // Device-agnostic entry points: check every operand (device, dtype, shape) and name the one
-// that is wrong, then dispatch to the backend. Only the CPU backend exists so far; a CUDA
-// backend adds its branch in dispatch() without changing any caller.
+// that is wrong, then dispatch to the backend of the context's device: cpu/ or cuda/ (the
+// latter throws "not built" in a build without CUDA, where no CUDA context can exist).
 #include "trellis/kernels/ops.hpp"
 
+#include <cstring>
+
 #include "cpu/cpu_ops.hpp"
+#include "cuda/cuda_ops.hpp"
 #include "trellis/core/error.hpp"
 
 namespace trellis::kernels {
@@ -25,12 +28,9 @@ void same_shape(const char* op, const TensorView& a, const TensorView& b) {
     throw_error(ErrorCode::kInvalidArgument, "{}: {} and {} differ in shape", op, a.describe(), b.describe());
 }
 
-void need_cpu(const Context& ctx, const char* op) {
-  if (ctx.device() != Device::kCpu)
-    throw_error(ErrorCode::kUnsupported, "{}: no {} implementation is built", op, to_string(ctx.device()));
-}
+bool on_cuda(const Context& ctx) { return ctx.device() == Device::kCuda; }
 
-// The operands of an element-wise out = f(a, b): matrices of one shape, f32, on the CPU.
+// The operands of an element-wise out = f(a, b): matrices of one shape, f32, on ctx's device.
 struct Elementwise {
   TensorView a, b, out;
 };
@@ -40,7 +40,6 @@ Elementwise elementwise(const Context& ctx, const char* op, const TensorView& a,
   for (const auto* v : {&e.a, &e.b, &e.out}) need_f32(op, *v);
   same_shape(op, e.a, e.b);
   same_shape(op, e.a, e.out);
-  need_cpu(ctx, op);
   return e;
 }
 
@@ -64,7 +63,7 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
   if (is_quantized(b.dtype) && (b.cols() % 32 != 0 || b.row_stride() % 32 != 0))
     throw_error(ErrorCode::kInvalidArgument, "matmul: quantised weight {} must have whole 32-element blocks per row",
                 b.describe());
-  need_cpu(ctx, op);
+  if (on_cuda(ctx)) return cuda::matmul(ctx, a, b, c, opt);
   if (a.rows() == 0 || b.rows() == 0) return;
   if (a.cols() == 0) {  // an empty sum: y = beta * y (BLAS rejects K = 0 with lda = 0)
     for (std::int64_t r = 0; r < c.rows(); ++r) {
@@ -97,7 +96,7 @@ void add_bias(const Context& ctx, const TensorView& y, const TensorView& bias) {
   need_f32("add_bias", c);
   if (b.rows() != 1 || b.cols() != c.cols())
     throw_error(ErrorCode::kInvalidArgument, "add_bias: bias {} should be a vector of {}", b.describe(), c.cols());
-  need_cpu(ctx, "add_bias");
+  if (on_cuda(ctx)) return cuda::add_bias(ctx, c, b);
   cpu::add_bias(ctx.pool(), c, b);
 }
 
@@ -109,24 +108,26 @@ void rms_norm(const Context& ctx, const TensorView& x, const TensorView& weight,
   if (w.rows() != 1 || w.cols() != a.cols())
     throw_error(ErrorCode::kInvalidArgument, "rms_norm: weight {} should be a vector of {}", w.describe(), a.cols());
   if (!(eps >= 0)) throw_error(ErrorCode::kInvalidArgument, "rms_norm: eps must be >= 0 (got {})", eps);
-  need_cpu(ctx, "rms_norm");
+  if (on_cuda(ctx)) return cuda::rms_norm(ctx, a, w, eps, o);
   cpu::rms_norm(ctx.pool(), a, w, eps, o);
 }
 
 void swiglu(const Context& ctx, const TensorView& gate, const TensorView& up, const TensorView& out) {
   const Elementwise e = elementwise(ctx, "swiglu", gate, up, out);
+  if (on_cuda(ctx)) return cuda::swiglu(ctx, e.a, e.b, e.out);
   cpu::swiglu(ctx.pool(), e.a, e.b, e.out);
 }
 
 void add(const Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out) {
   const Elementwise e = elementwise(ctx, "add", a, b, out);
+  if (on_cuda(ctx)) return cuda::add(ctx, e.a, e.b, e.out);
   cpu::add(ctx.pool(), e.a, e.b, e.out);
 }
 
 void softmax_rows(const Context& ctx, const TensorView& x) {
   TensorView m = mat(ctx, "softmax_rows", x);
   need_f32("softmax_rows", m);
-  need_cpu(ctx, "softmax_rows");
+  if (on_cuda(ctx)) return cuda::softmax_rows(ctx, m);
   cpu::softmax_rows(ctx.pool(), m);
 }
 
@@ -141,15 +142,38 @@ void embedding(const Context& ctx, const TensorView& table, std::span<const std:
     if (tokens[i] < 0)
       throw_error(ErrorCode::kInvalidArgument, "embedding: token {} at index {} is negative (table {})", tokens[i], i,
                   t.describe());
-  need_cpu(ctx, "embedding");
+  if (on_cuda(ctx)) return cuda::embedding(ctx, t, tokens, vocab_begin, o);
   cpu::embedding(ctx.pool(), t, tokens, vocab_begin, o);
 }
 
 void convert(const Context& ctx, const TensorView& src, const TensorView& dst) {
   TensorView s = mat(ctx, "convert", src), d = mat(ctx, "convert", dst);
   same_shape("convert", s, d);
-  need_cpu(ctx, "convert");
+  if (is_quantized(d.dtype))
+    throw_error(ErrorCode::kUnsupported, "convert: cannot convert to the block type of {}", d.describe());
+  if (is_quantized(s.dtype) && (s.cols() % 32 != 0 || s.row_stride() % 32 != 0))
+    throw_error(ErrorCode::kInvalidArgument, "convert: quantised {} must have whole 32-element blocks per row",
+                s.describe());
+  if (on_cuda(ctx)) return cuda::convert(ctx, s, d);
   cpu::convert(ctx.pool(), s, d);
+}
+
+void copy(const Context& ctx, const TensorView& src, const TensorView& dst) {
+  const char* op = "copy";
+  if (!on_cuda(ctx)) {  // a CPU context copies host memory only: refuse a GPU operand by name
+    ctx.check_device(op, src);
+    ctx.check_device(op, dst);
+  }
+  for (const TensorView* v : {&src, &dst})
+    if (v->data == nullptr && v->numel() > 0) throw_error(ErrorCode::kInvalidArgument, "copy: {} has no data", v->describe());
+  TensorView s = src.as_matrix(), d = dst.as_matrix();
+  same_shape(op, s, d);
+  if (s.dtype != d.dtype)
+    throw_error(ErrorCode::kInvalidArgument, "copy: {} and {} differ in dtype (convert changes types)", s.describe(),
+                d.describe());
+  if (on_cuda(ctx)) return cuda::copy(ctx, s, d);
+  const std::size_t width = dtype_bytes(s.dtype, s.cols());
+  for (std::int64_t r = 0; r < s.rows(); ++r) std::memmove(d.row_ptr(r), s.row_ptr(r), width);
 }
 
 }  // namespace trellis::kernels

@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "cpu/cpu_ops.hpp"
+#include "cuda/cuda_ops.hpp"
 #include "trellis/core/error.hpp"
 
 namespace trellis::kernels {
@@ -69,6 +70,7 @@ void apply_rope(const Context& ctx, const RopeTable& table, const TensorView& x,
     if (positions[i] < 0 || positions[i] >= table.max_positions())
       throw_error(ErrorCode::kInvalidArgument, "apply_rope: position {} of row {} is outside the table [0, {})",
                   positions[i], i, table.max_positions());
+  if (ctx.device() == Device::kCuda) return cuda::apply_rope(ctx, table, m, n_heads, positions);
   cpu::apply_rope(ctx.pool(), table, m, n_heads, positions);
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "cuda/cuda_ops.hpp"
 #include "trellis/core/error.hpp"
 
 namespace trellis::kernels {
@@ -185,11 +186,14 @@ std::string TensorView::describe() const {
   return s;
 }
 
-void Tensor::Free::operator()(std::byte* p) const { std::free(p); }
+void Tensor::Free::operator()(std::byte* p) const {
+  if (device == Device::kCuda)
+    cuda::device_free(p);
+  else
+    std::free(p);
+}
 
 Tensor Tensor::empty(DType t, std::span<const std::int64_t> shape, Device d) {
-  if (d != Device::kCpu)
-    throw_error(ErrorCode::kUnsupported, "Tensor::empty: device {} is not built in this kernels library", to_string(d));
   Tensor out;
   out.view_ = TensorView::contiguous(nullptr, t, shape, d);
   if (is_quantized(t) && out.view_.cols() % 32 != 0)
@@ -197,7 +201,10 @@ Tensor Tensor::empty(DType t, std::span<const std::int64_t> shape, Device d) {
                 out.view_.cols(), to_string(t));
   std::size_t bytes = dtype_bytes(t, out.view_.numel());
   std::size_t rounded = (bytes + 63) / 64 * 64;
-  if (rounded > 0) {
+  out.buf_ = std::unique_ptr<std::byte, Free>(nullptr, Free{d});
+  if (d == Device::kCuda) {
+    out.buf_.reset(static_cast<std::byte*>(cuda::device_alloc(rounded)));
+  } else if (rounded > 0) {
     void* p = std::aligned_alloc(64, rounded);
     if (!p) throw_error(ErrorCode::kResourceExhausted, "Tensor::empty: cannot allocate {} bytes", rounded);
     out.buf_.reset(static_cast<std::byte*>(p));
@@ -209,7 +216,10 @@ Tensor Tensor::empty(DType t, std::span<const std::int64_t> shape, Device d) {
 
 Tensor Tensor::zeros(DType t, std::span<const std::int64_t> shape, Device d) {
   Tensor out = empty(t, shape, d);
-  if (out.bytes_) std::memset(out.buf_.get(), 0, out.bytes_);
+  if (out.bytes_ && d == Device::kCuda)
+    cuda::device_zero(out.buf_.get(), out.bytes_);
+  else if (out.bytes_)
+    std::memset(out.buf_.get(), 0, out.bytes_);
   return out;
 }
 

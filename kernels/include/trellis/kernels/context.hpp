@@ -1,9 +1,19 @@
-// Execution context for ops: which device runs them and, on the CPU, the worker threads.
+// Execution context for ops: which device runs them and, on the CPU, the worker threads; on
+// a GPU, the CUDA stream, cuBLASLt handle and scratch memory the ops use.
 //
 // Every op takes a `const Context&` first. A Context is used by one calling thread at a time
 // (ops are not re-entrant on the same Context); create one per rank (or per thread that runs
 // ops). On the CPU it owns a small thread pool; ops split their work over it and the calling
 // thread takes part, so `threads == 1` runs everything inline with no extra threads.
+//
+// CUDA (Context(Device::kCuda, gpu), built with -DTRELLIS_CUDA=ON/AUTO and a toolkit): ops on
+// such a context take views of device memory (Device::kCuda: Tensor::empty/zeros on the
+// GPU, or memory the caller allocated) and are *enqueued* on the context's stream: they
+// return before the GPU has finished, in stream order with each other. Host arrays an op
+// takes (tokens, positions, lengths, KV views) are copied before it returns, so the caller
+// may reuse them at once. copy() to or from host memory, and synchronize(), wait for the
+// stream. Errors of a CUDA or cuBLAS call throw trellis::Error naming the call, the error
+// and the GPU; an asynchronous kernel fault surfaces at the next checked call.
 //
 // OpenBLAS keeps its own global thread count: a CPU Context sets it to the same number when
 // constructed (openblas_set_num_threads), so the last Context made wins.
@@ -70,23 +80,52 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
+// The CUDA backend's per-context state (stream, cuBLASLt handle, workspace, scratch); opaque
+// outside kernels/cuda/.
+struct CudaState;
+
 class Context {
  public:
   // A CPU context with `threads` threads (<= 0: all cores).
   explicit Context(int threads = 0);
+  // A context on `device`: Device::kCpu with `index` threads (as Context(index)), or
+  // Device::kCuda on GPU `index` (an index among the GPUs this process sees), which it makes
+  // the calling thread's current device. Throws kUnsupported naming the reason when the
+  // CUDA backend is not built or there is no CUDA device (driver missing, no GPU), and
+  // kInvalidArgument when `index` is not a visible GPU. A CUDA context's pool() has 1 thread.
+  Context(Device device, int index);
   static Context cpu(int threads = 0) { return Context(threads); }
+  static Context cuda(int gpu = 0) { return Context(Device::kCuda, gpu); }
+  ~Context();
+  Context(Context&&) noexcept;
+  Context& operator=(Context&&) noexcept;
 
   Device device() const { return device_; }
+  // The GPU index of a CUDA context; -1 on the CPU.
+  int gpu() const { return gpu_; }
   int threads() const { return pool_->size(); }
   ThreadPool& pool() const { return *pool_; }
+  // Waits until every op enqueued on this context has finished (no-op on the CPU); throws
+  // if one of them failed on the GPU.
+  void synchronize() const;
+  // The cudaStream_t the ops run on, for callers that order their own GPU work (NCCL, CUDA
+  // graphs) with them; nullptr on the CPU.
+  void* cuda_stream() const;
+  // The CUDA backend's state; only kernels/cuda/ uses it. Throws on a CPU context.
+  CudaState& cuda_state() const;
 
   // Throws kInvalidArgument naming `op` and the view when a view's device is not this
   // context's device.
   void check_device(const char* op, const TensorView& v) const;
 
  private:
+  struct CudaStateDeleter {
+    void operator()(CudaState* s) const noexcept;
+  };
   Device device_ = Device::kCpu;
+  int gpu_ = -1;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<CudaState, CudaStateDeleter> cuda_;
 };
 
 }  // namespace trellis::kernels

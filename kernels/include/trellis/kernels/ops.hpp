@@ -1,11 +1,13 @@
 // The compute ops of a Llama-family decoder, device-agnostic: each takes a Context and
 // TensorViews, checks shapes/dtypes/devices (throwing trellis::Error kInvalidArgument that
 // names the op and the offending view, or kUnsupported for a dtype/device combination that is
-// not implemented), and dispatches to the backend of the views' device.
+// not implemented), and dispatches to the backend of the views' device. Every op is
+// implemented on the CPU and on CUDA except where it says otherwise.
 //
 // Unless stated otherwise: activations are f32 matrices [rows, cols] (see tensor.hpp for the
 // row-stride convention), outputs are written, never accumulated, and an output may alias an
-// input only where the op says so. Ops run on the Context's threads and return when done.
+// input only where the op says so. On the CPU, ops run on the Context's threads and return
+// when done; on CUDA they are enqueued on the context's stream (context.hpp).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,9 @@ struct MatmulOptions {
 //  Small M (decode) takes the memory-bound path that streams w once for all rows of x;
 //  large M (prefill) takes the GEMM path. kernels/README.md says which code runs each case
 //  and why. y must not alias x or w.
+//  CUDA: cuBLASLt (bf16/f16 weights: x rounded to the weight type first, f32 accumulation),
+//  and for M <= 8 with bf16/f16 weights a GEMV kernel (x kept in f32). Block-quantised
+//  weights are not supported on CUDA (kUnsupported): convert them to bf16 at load.
 void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const TensorView& y,
             const MatmulOptions& opt = {});
 
@@ -71,7 +76,18 @@ void embedding(const Context& ctx, const TensorView& table, std::span<const std:
                std::int64_t vocab_begin, const TensorView& out);
 
 // dst = src with dtype conversion (any of f32, bf16, f16 to any); same shape (as matrices).
-// f32 -> bf16/f16 rounds to nearest even.
+// f32 -> bf16/f16 rounds to nearest even. src may also be block-quantised (kQ4_1, kQ8_0):
+// it is dequantised exactly as quant.hpp's dequantize_row does, then rounded to dst's type
+// (how a GGUF checkpoint's weights become bf16 on a GPU at load).
 void convert(const Context& ctx, const TensorView& src, const TensorView& dst);
+
+// ---- memory ----------------------------------------------------------------------------
+
+// dst = src byte for byte, between any two devices: host to GPU, GPU to host, GPU to GPU, host
+// to host. Same dtype and shape (as matrices; rows may be strided, e.g. a column slice).
+// Copies that involve a GPU need a CUDA context (any other operand may be on the CPU) and
+// run on its stream; a copy to or from host memory has finished when copy() returns, a GPU to
+// GPU copy is enqueued like any op. A CPU context copies host to host only.
+void copy(const Context& ctx, const TensorView& src, const TensorView& dst);
 
 }  // namespace trellis::kernels

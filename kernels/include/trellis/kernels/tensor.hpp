@@ -1,9 +1,9 @@
 // Tensors for the kernels layer: a non-owning TensorView that every op takes, and an owning
 // Tensor that allocates aligned memory for one.
 //
-// A view knows its device (CPU now, CUDA later), its element type, its shape and its strides
-// (in elements, not bytes), so one op signature serves every backend: the op checks the
-// device of its operands and dispatches (kernels/cpu/ now; kernels/cuda/ later).
+// A view knows its device (CPU or CUDA), its element type, its shape and its strides (in
+// elements, not bytes), so one op signature serves every backend: the op checks the device
+// of its operands against the Context's and dispatches (kernels/cpu/ or kernels/cuda/).
 //
 // Conventions every op follows:
 //  * Matrices are row-major with a row stride that may exceed the column count (a view of a
@@ -102,7 +102,7 @@ struct TensorView {
     return v;
   }
 
-  // Typed element access (CPU only; no checks in release builds).
+  // Typed element access (host memory only; no checks in release builds).
   template <typename T>
   T* ptr() const {
     return static_cast<T*>(data);
@@ -114,7 +114,12 @@ struct TensorView {
   std::string describe() const;
 };
 
-// Owning tensor: 64-byte aligned host memory (CPU). Movable, not copyable.
+// Owning tensor: 64-byte aligned host memory (Device::kCpu) or GPU memory (Device::kCuda:
+// cudaMalloc on the calling thread's current device, the one the last CUDA Context made on
+// this thread selected; 256-byte aligned). Movable, not copyable. Device tensors are read and
+// written through ops and copy() (ops.hpp), never through ptr(). Allocating on kCuda throws
+// kUnsupported when the CUDA backend is not built or there is no device, and
+// kResourceExhausted naming the bytes requested and the bytes free when the GPU is full.
 class Tensor {
  public:
   Tensor() = default;
@@ -140,6 +145,9 @@ class Tensor {
 
  private:
   struct Free {
+    Free() noexcept : device(Device::kCpu) {}  // a constructor, not a member initialiser: GCC
+    explicit Free(Device d) noexcept : device(d) {}  // needs it while Tensor is incomplete
+    Device device;
     void operator()(std::byte* p) const;
   };
   std::unique_ptr<std::byte, Free> buf_;

@@ -1,0 +1,55 @@
+// Built when the CUDA backend is not (no toolkit, or -DTRELLIS_CUDA=OFF): a CUDA context or
+// device tensor cannot be made, and says why; the ops below are then unreachable, but are
+// defined so that kernels/src/ dispatches the same way in every build.
+#include "cuda/cuda_ops.hpp"
+#include "trellis/core/error.hpp"
+
+namespace trellis::kernels::cuda {
+namespace {
+
+[[noreturn]] void absent(const char* what) {
+  throw_error(ErrorCode::kUnsupported, "{}: the CUDA backend is not built into this trellis ({})", what,
+              TRELLIS_CUDA_KERNELS_WHY);
+}
+
+}  // namespace
+
+CudaState* create_state(int) { absent("Context(cuda)"); }
+void destroy_state(CudaState*) noexcept {}
+void synchronize(const CudaState&) { absent("synchronize"); }
+void* stream_of(const CudaState&) { absent("cuda_stream"); }
+void* device_alloc(std::size_t) { absent("Tensor on cuda"); }
+void device_free(void*) noexcept {}
+void device_zero(void*, std::size_t) { absent("Tensor on cuda"); }
+void copy(const Context&, const TensorView&, const TensorView&) { absent("copy"); }
+
+CudaKernelsInfo info() {
+  CudaKernelsInfo i;
+  i.why = TRELLIS_CUDA_KERNELS_WHY;
+  return i;
+}
+
+void matmul(const Context&, const TensorView&, const TensorView&, const TensorView&, const MatmulOptions&) { absent("matmul"); }
+void add_bias(const Context&, const TensorView&, const TensorView&) { absent("add_bias"); }
+void rms_norm(const Context&, const TensorView&, const TensorView&, float, const TensorView&) { absent("rms_norm"); }
+void swiglu(const Context&, const TensorView&, const TensorView&, const TensorView&) { absent("swiglu"); }
+void add(const Context&, const TensorView&, const TensorView&, const TensorView&) { absent("add"); }
+void softmax_rows(const Context&, const TensorView&) { absent("softmax_rows"); }
+void embedding(const Context&, const TensorView&, std::span<const std::int32_t>, std::int64_t, const TensorView&) {
+  absent("embedding");
+}
+void convert(const Context&, const TensorView&, const TensorView&) { absent("convert"); }
+void apply_rope(const Context&, const RopeTable&, const TensorView&, int, std::span<const std::int32_t>) {
+  absent("apply_rope");
+}
+void kv_write(const Context&, const KvView&, const TensorView&, const TensorView&, std::int64_t) { absent("kv_write"); }
+void attention_prefill(const Context&, const AttentionDims&, const TensorView&, const KvView&, std::int64_t,
+                       const TensorView&) {
+  absent("attention_prefill");
+}
+void attention_decode(const Context&, const AttentionDims&, const TensorView&, std::span<const KvView>,
+                      std::span<const std::int64_t>, const TensorView&) {
+  absent("attention_decode");
+}
+
+}  // namespace trellis::kernels::cuda

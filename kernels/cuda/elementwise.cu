@@ -1,0 +1,172 @@
+// Elementwise and row-wise ops, RoPE and dequantisation. All memory-bound: one pass over the
+// data, grid-stride loops over rows x cols (64-bit indices: prefill matrices pass 2^31
+// elements), row ops one block per row. Semantics: kernels/ops.hpp, rope.hpp.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "cuda/device.cuh"
+
+namespace trellis::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(std::int64_t n) {
+  // Enough blocks to fill an H100 several times over; the loop covers the rest.
+  std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65536 ? (b > 0 ? b : 1) : 65536);
+}
+
+#define TRELLIS_GRID_STRIDE(i, n) \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+
+__global__ void add_bias_kernel(Mat y, Mat bias) {
+  TRELLIS_GRID_STRIDE(i, y.rows * y.cols) {
+    std::int64_t r = i / y.cols, c = i % y.cols;
+    float* p = static_cast<float*>(y.data) + r * y.ld + c;
+    *p = *p + load_f32(bias, 0, c);
+  }
+}
+
+__global__ void rms_norm_kernel(Mat x, Mat w, float eps, Mat y) {
+  __shared__ double partial[32];
+  const std::int64_t r = blockIdx.x;
+  const float* in = static_cast<const float*>(x.data) + r * x.ld;
+  // Sum of squares in double, as the CPU does: rows of thousands of values lose digits in f32.
+  double ss = 0;
+  for (std::int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) ss += static_cast<double>(in[i]) * in[i];
+  ss = block_sum(ss, partial);
+  const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(x.cols) + eps));
+  float* out = static_cast<float*>(y.data) + r * y.ld;
+  for (std::int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) out[i] = __fmul_rn(__fmul_rn(in[i], inv), load_f32(w, 0, i));
+}
+
+template <bool kSwiglu>
+__global__ void binary_kernel(Mat a, Mat b, Mat out) {
+  TRELLIS_GRID_STRIDE(i, a.rows * a.cols) {
+    std::int64_t r = i / a.cols, c = i % a.cols;
+    float x = static_cast<const float*>(a.data)[r * a.ld + c];
+    float u = static_cast<const float*>(b.data)[r * b.ld + c];
+    float v = kSwiglu ? __fmul_rn(x / (1.0f + expf(-x)), u) : x + u;
+    static_cast<float*>(out.data)[r * out.ld + c] = v;
+  }
+}
+
+__global__ void softmax_kernel(Mat x) {
+  __shared__ float fpart[32];
+  __shared__ double dpart[32];
+  float* p = static_cast<float*>(x.data) + static_cast<std::int64_t>(blockIdx.x) * x.ld;
+  float mx = -INFINITY;
+  for (std::int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) mx = fmaxf(mx, p[i]);
+  mx = block_max(mx, fpart);
+  if (mx == -INFINITY) mx = 0;  // all -inf: exp(-inf) = 0 rather than NaN, as on the CPU
+  double sum = 0;
+  for (std::int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+    float e = expf(p[i] - mx);
+    p[i] = e;
+    sum += e;
+  }
+  sum = block_sum(sum, dpart);
+  const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;
+  for (std::int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) p[i] *= inv;
+}
+
+__global__ void embedding_kernel(Mat table, const std::int32_t* tokens, std::int64_t vocab_begin, Mat out) {
+  const std::int64_t t = blockIdx.x;
+  const std::int64_t id = tokens[t] - vocab_begin;
+  float* o = static_cast<float*>(out.data) + t * out.ld;
+  const bool inside = id >= 0 && id < table.rows;
+  for (std::int64_t i = threadIdx.x; i < out.cols; i += blockDim.x) o[i] = inside ? load_f32(table, id, i) : 0.0f;
+}
+
+__global__ void convert_kernel(Mat src, Mat dst) {
+  TRELLIS_GRID_STRIDE(i, src.rows * src.cols) {
+    std::int64_t r = i / src.cols, c = i % src.cols;
+    store_f32(dst, r, c, load_f32(src, r, c));
+  }
+}
+
+__global__ void rope_kernel(Mat x, int n_heads, int head_dim, const std::int32_t* positions, const double* inv_freq) {
+  const int half = head_dim / 2;
+  TRELLIS_GRID_STRIDE(idx, x.rows * n_heads * half) {
+    const std::int64_t t = idx / (static_cast<std::int64_t>(n_heads) * half);
+    const int rest = static_cast<int>(idx % (static_cast<std::int64_t>(n_heads) * half));
+    const int h = rest / half, i = rest % half;
+    // The angle and its cos/sin in double, rounded to f32: the values RopeTable stores.
+    double s, c;
+    sincos(static_cast<double>(positions[t]) * inv_freq[i], &s, &c);
+    const auto cf = static_cast<float>(c), sf = static_cast<float>(s);
+    float* p = static_cast<float*>(x.data) + t * x.ld + static_cast<std::int64_t>(h) * head_dim;
+    const float a = p[i], b = p[i + half];
+    p[i] = __fsub_rn(__fmul_rn(a, cf), __fmul_rn(b, sf));
+    p[i + half] = __fadd_rn(__fmul_rn(b, cf), __fmul_rn(a, sf));
+  }
+}
+
+__global__ void scale_kernel(Mat y, float beta) {
+  TRELLIS_GRID_STRIDE(i, y.rows * y.cols) {
+    float* p = static_cast<float*>(y.data) + (i / y.cols) * y.ld + i % y.cols;
+    *p = beta == 0.0f ? 0.0f : beta * *p;
+  }
+}
+
+#undef TRELLIS_GRID_STRIDE
+
+unsigned rows_grid(std::int64_t rows) { return static_cast<unsigned>(rows); }
+
+}  // namespace
+
+cudaError_t launch_add_bias(const Mat& y, const Mat& bias, cudaStream_t s) {
+  add_bias_kernel<<<grid_for(y.rows * y.cols), kThreads, 0, s>>>(y, bias);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm(const Mat& x, const Mat& weight, float eps, const Mat& y, cudaStream_t s) {
+  if (x.rows == 0) return cudaSuccess;
+  rms_norm_kernel<<<rows_grid(x.rows), kThreads, 0, s>>>(x, weight, eps, y);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_swiglu(const Mat& gate, const Mat& up, const Mat& out, cudaStream_t s) {
+  binary_kernel<true><<<grid_for(gate.rows * gate.cols), kThreads, 0, s>>>(gate, up, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add(const Mat& a, const Mat& b, const Mat& out, cudaStream_t s) {
+  binary_kernel<false><<<grid_for(a.rows * a.cols), kThreads, 0, s>>>(a, b, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_softmax_rows(const Mat& x, cudaStream_t s) {
+  if (x.rows == 0) return cudaSuccess;
+  softmax_kernel<<<rows_grid(x.rows), kThreads, 0, s>>>(x);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_embedding(const Mat& table, const std::int32_t* tokens, std::int64_t vocab_begin, const Mat& out,
+                             cudaStream_t s) {
+  if (out.rows == 0) return cudaSuccess;
+  embedding_kernel<<<rows_grid(out.rows), kThreads, 0, s>>>(table, tokens, vocab_begin, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_convert(const Mat& src, const Mat& dst, cudaStream_t s) {
+  convert_kernel<<<grid_for(src.rows * src.cols), kThreads, 0, s>>>(src, dst);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope(const Mat& x, int n_heads, int head_dim, const std::int32_t* positions, const double* inv_freq,
+                        cudaStream_t s) {
+  rope_kernel<<<grid_for(x.rows * n_heads * (head_dim / 2)), kThreads, 0, s>>>(x, n_heads, head_dim, positions,
+                                                                                 inv_freq);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scale(const Mat& y, float beta, cudaStream_t s) {
+  scale_kernel<<<grid_for(y.rows * y.cols), kThreads, 0, s>>>(y, beta);
+  return cudaGetLastError();
+}
+
+}  // namespace trellis::kernels::cuda

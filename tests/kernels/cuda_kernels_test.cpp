@@ -1,0 +1,358 @@
+// Every CUDA op against the CPU kernel on the same random inputs (the ggml test-backend-ops
+// pattern), with a bound per op and dtype. Needs a GPU: without one (or without the CUDA
+// backend) main() prints "no CUDA device: <reason>" and exits 77, which CTest reports as
+// skipped (SKIP_RETURN_CODE 77, label gpu).
+//
+// Bounds (|gpu - cpu| <= atol + rtol |cpu|, or in terms of s = sum_k |x_k w_k| for matmul):
+//  * matmul, f32 weights (cuBLASLt f32) and the GEMV (x kept in f32): 1e-5 s + 1e-6; only the
+//    order of the f32 sums differs.
+//  * matmul through cuBLASLt with bf16 / f16 weights: x is rounded to the weight type
+//    (relative error 2^-9 / 2^-12 per element), so 2^-8 s / 2^-10 s.
+//  * convert, embedding, kv_write: bit-exact (the same round-to-nearest-even conversions).
+//  * rms_norm, add_bias, add, swiglu, softmax_rows, RoPE: 2e-6 + 2e-6 relative (expf and the
+//    order of the sums; RoPE's cos/sin come from the same double angles).
+//  * attention: 2e-5 + 1e-4 relative, as the CPU attention test.
+#include <cstdio>
+#include <cstring>
+
+#include "kernel_test_util.hpp"
+#include "trellis/core/error.hpp"
+
+namespace trellis::kernels {
+namespace {
+
+using test::random_floats;
+using test::store;
+
+Context& gpu() {
+  static Context ctx(Device::kCuda, 0);
+  return ctx;
+}
+Context& cpu() {
+  static Context ctx(2);
+  return ctx;
+}
+
+Tensor to_gpu(const TensorView& host) {
+  std::vector<std::int64_t> shape(host.shape.begin(), host.shape.begin() + host.ndim);
+  Tensor t = Tensor::empty(host.dtype, shape, Device::kCuda);
+  copy(gpu(), host, t);
+  return t;
+}
+
+Tensor to_host(const TensorView& dev) {
+  std::vector<std::int64_t> shape(dev.shape.begin(), dev.shape.begin() + dev.ndim);
+  Tensor t = Tensor::empty(dev.dtype, shape);
+  copy(gpu(), dev, t);  // waits for the stream
+  return t;
+}
+
+void expect_near(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what) {
+  ASSERT_EQ(got.numel(), want.numel());
+  std::vector<double> w(static_cast<std::size_t>(want.numel()));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = want.ptr<float>()[i];
+  test::expect_close(got.ptr<float>(), w, atol, rtol, what.c_str());
+}
+
+void expect_bits(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.bytes(), want.bytes());
+  const auto* a = got.ptr<unsigned char>();
+  const auto* b = want.ptr<unsigned char>();
+  for (std::size_t i = 0; i < got.bytes(); ++i)
+    if (a[i] != b[i]) {
+      ADD_FAILURE() << what << ": byte " << i << " differs";
+      return;
+    }
+}
+
+// ---- memory ----------------------------------------------------------------------------
+
+TEST(Cuda, CopyRoundTripsStridedViews) {
+  std::vector<float> v = random_floats(7 * 12, 1);
+  Tensor host = test::f32_tensor(v, 7, 12);
+  Tensor dev = to_gpu(host);
+  Tensor part = Tensor::zeros(DType::kF32, {7, 5}, Device::kCuda);
+  copy(gpu(), dev.view().slice_cols(4, 5), part);  // device to device, strided source
+  Tensor back = to_host(part);
+  for (int r = 0; r < 7; ++r)
+    for (int c = 0; c < 5; ++c) EXPECT_EQ(back.ptr<float>()[r * 5 + c], v[static_cast<std::size_t>(r * 12 + 4 + c)]);
+}
+
+TEST(Cuda, AllocationFailureSaysBytes) {
+  try {
+    (void)Tensor::empty(DType::kF32, {std::int64_t{1} << 46}, Device::kCuda);  // 256 TiB
+    ADD_FAILURE() << "allocated 256 TiB";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bytes requested"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("free"), std::string::npos) << e.what();
+  }
+  Tensor ok = Tensor::zeros(DType::kF32, {4}, Device::kCuda);  // the GPU still works after it
+  EXPECT_EQ(to_host(ok).ptr<float>()[3], 0.0f);
+}
+
+TEST(Cuda, RefusesHostOperands) {
+  Tensor x = Tensor::zeros(DType::kF32, {2, 8}), y = Tensor::zeros(DType::kF32, {2, 8}, Device::kCuda);
+  EXPECT_THROW(add(gpu(), x, y, y), Error);
+}
+
+// ---- matmul ----------------------------------------------------------------------------
+
+struct MatmulCase {
+  std::int64_t m, n, k;
+  DType w;
+  MatmulAlgo algo;
+};
+
+class CudaMatmul : public testing::TestWithParam<MatmulCase> {};
+
+TEST_P(CudaMatmul, MatchesCpu) {
+  const MatmulCase c = GetParam();
+  std::vector<float> xf = random_floats(static_cast<std::size_t>(c.m * c.k), 3);
+  std::vector<float> wf = random_floats(static_cast<std::size_t>(c.n * c.k), 4);
+  std::vector<float> y0 = random_floats(static_cast<std::size_t>(c.m * c.n), 5);
+  test::Stored x = store(xf, DType::kF32, c.m, c.k), w = store(wf, c.w, c.n, c.k);
+  for (float beta : {0.0f, 0.5f}) {
+    Tensor y_cpu = test::f32_tensor(y0, c.m, c.n);
+    matmul(cpu(), x.tensor, w.tensor, y_cpu, {beta, MatmulAlgo::kAuto});
+    Tensor xd = to_gpu(x.tensor), wd = to_gpu(w.tensor), yd = to_gpu(test::f32_tensor(y0, c.m, c.n));
+    matmul(gpu(), xd, wd, yd, {beta, c.algo});
+    Tensor y = to_host(yd);
+    // The GEMV (M <= 8, 16-bit weights, K a multiple of 8, aligned rows) keeps x in f32;
+    // cuBLASLt with 16-bit weights rounds x to their type.
+    const bool gemv = c.w != DType::kF32 && c.k % 8 == 0 &&
+                      (c.algo == MatmulAlgo::kGemv || (c.algo == MatmulAlgo::kAuto && c.m <= 8));
+    const bool rounds_x = c.w != DType::kF32 && !gemv;
+    const double rel = !rounds_x ? 1e-5 : c.w == DType::kBF16 ? 1.0 / 256 : 1.0 / 1024;
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        double s = 0;
+        for (std::int64_t q = 0; q < c.k; ++q)
+          s += std::abs(static_cast<double>(x.exact[static_cast<std::size_t>(i * c.k + q)]) *
+                        w.exact[static_cast<std::size_t>(j * c.k + q)]);
+        const double got = y.ptr<float>()[i * c.n + j], want = y_cpu.ptr<float>()[i * c.n + j];
+        ASSERT_LE(std::abs(got - want), rel * s + 1e-6 + 1e-6 * std::abs(want))
+            << "y[" << i << "," << j << "] beta " << beta << " M=" << c.m << " N=" << c.n << " K=" << c.k << " "
+            << to_string(c.w);
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaMatmul,
+    testing::Values(MatmulCase{1, 67, 96, DType::kBF16, MatmulAlgo::kAuto},     // GEMV, N not a multiple of 16
+                    MatmulCase{3, 257, 520, DType::kBF16, MatmulAlgo::kGemv},   // GEMV, K not a multiple of 256
+                    MatmulCase{8, 512, 2048, DType::kBF16, MatmulAlgo::kAuto},  // GEMV, the largest M
+                    MatmulCase{5, 130, 264, DType::kF16, MatmulAlgo::kAuto},    // GEMV, f16
+                    MatmulCase{4, 96, 128, DType::kBF16, MatmulAlgo::kGemm},    // small M forced to cuBLASLt
+                    MatmulCase{2, 100, 200, DType::kF32, MatmulAlgo::kAuto},    // f32 weights: cuBLASLt
+                    MatmulCase{33, 100, 200, DType::kF32, MatmulAlgo::kAuto},
+                    MatmulCase{64, 384, 1024, DType::kBF16, MatmulAlgo::kAuto}, // prefill, bf16
+                    MatmulCase{17, 96, 72, DType::kF16, MatmulAlgo::kAuto},
+                    MatmulCase{7, 64, 3, DType::kBF16, MatmulAlgo::kAuto}));    // K % 8 != 0: cuBLASLt
+
+TEST(Cuda, MatmulColumnSliceAndErrors) {
+  // A column slice of x (a fused buffer) and of y: leading dimensions larger than the columns.
+  std::vector<float> xf = random_floats(4 * 160, 6), wf = random_floats(48 * 128, 7);
+  test::Stored x = store(xf, DType::kF32, 4, 160), w = store(wf, DType::kBF16, 48, 128);
+  Tensor y_cpu = Tensor::zeros(DType::kF32, {4, 64});
+  matmul(cpu(), x.tensor.view().slice_cols(32, 128), w.tensor, y_cpu.view().slice_cols(8, 48));
+  Tensor xd = to_gpu(x.tensor), wd = to_gpu(w.tensor), yd = Tensor::zeros(DType::kF32, {4, 64}, Device::kCuda);
+  matmul(gpu(), xd.view().slice_cols(32, 128), wd, yd.view().slice_cols(8, 48));
+  expect_near(to_host(yd), y_cpu, 1e-4, 1e-5, "sliced gemv");
+  Tensor q = Tensor::zeros(DType::kQ8_0, {48, 128}, Device::kCuda);
+  Tensor xs = Tensor::zeros(DType::kF32, {4, 128}, Device::kCuda);
+  EXPECT_THROW(matmul(gpu(), xs, q, Tensor::zeros(DType::kF32, {4, 48}, Device::kCuda)), Error);
+}
+
+// ---- elementwise -----------------------------------------------------------------------
+
+TEST(Cuda, ElementwiseOps) {
+  const std::int64_t rows = 5, cols = 1000;
+  const std::size_t n = static_cast<std::size_t>(rows * cols);
+  Tensor a = test::f32_tensor(random_floats(n, 10, 4.0f), rows, cols), b = test::f32_tensor(random_floats(n, 11), rows, cols);
+  Tensor ad = to_gpu(a), bd = to_gpu(b), od = Tensor::empty(DType::kF32, {rows, cols}, Device::kCuda);
+  Tensor o = Tensor::empty(DType::kF32, {rows, cols});
+  add(cpu(), a, b, o);
+  add(gpu(), ad, bd, od);
+  expect_near(to_host(od), o, 0, 0, "add");
+  swiglu(cpu(), a, b, o);
+  swiglu(gpu(), ad, bd, od);
+  expect_near(to_host(od), o, 2e-6, 2e-6, "swiglu");
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    test::Stored w = store(random_floats(static_cast<std::size_t>(cols), 12), t, 1, cols);
+    Tensor wd = to_gpu(w.tensor);
+    rms_norm(cpu(), a, w.tensor, 1e-5f, o);
+    rms_norm(gpu(), ad, wd, 1e-5f, od);
+    expect_near(to_host(od), o, 2e-6, 2e-6, "rms_norm " + std::string(to_string(t)));
+    Tensor y = test::f32_tensor(random_floats(n, 13), rows, cols), yd = to_gpu(y);
+    add_bias(cpu(), y, w.tensor);
+    add_bias(gpu(), yd, wd);
+    expect_near(to_host(yd), y, 0, 0, "add_bias " + std::string(to_string(t)));
+  }
+  std::vector<float> s = random_floats(n, 14, 20.0f);
+  for (std::int64_t c = 0; c < cols; ++c) s[static_cast<std::size_t>(2 * cols + c)] = -INFINITY;  // a masked row
+  Tensor sm = test::f32_tensor(s, rows, cols), smd = to_gpu(sm);
+  softmax_rows(cpu(), sm);
+  softmax_rows(gpu(), smd);
+  expect_near(to_host(smd), sm, 2e-6, 2e-6, "softmax_rows");
+}
+
+TEST(Cuda, ConvertAndDequantise) {
+  const std::int64_t rows = 6, cols = 96;
+  std::vector<float> v = random_floats(static_cast<std::size_t>(rows * cols), 20, 3.0f);
+  Tensor f = test::f32_tensor(v, rows, cols), fd = to_gpu(f);
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    Tensor h = Tensor::empty(t, {rows, cols}), hd = Tensor::empty(t, {rows, cols}, Device::kCuda);
+    convert(cpu(), f, h);
+    convert(gpu(), fd, hd);
+    expect_bits(to_host(hd), h, "convert f32 -> " + std::string(to_string(t)));
+    Tensor back = Tensor::empty(DType::kF32, {rows, cols}), backd = Tensor::empty(DType::kF32, {rows, cols}, Device::kCuda);
+    convert(cpu(), h, back);
+    convert(gpu(), hd, backd);
+    expect_bits(to_host(backd), back, "convert back to f32");
+  }
+  Tensor q4 = Tensor::empty(DType::kQ4_1, {rows, cols}), q8 = Tensor::empty(DType::kQ8_0, {rows, cols});
+  for (std::int64_t r = 0; r < rows; ++r) {
+    quantize_row_q4_1(v.data() + r * cols, static_cast<BlockQ4_1*>(q4.view().row_ptr(r)), cols);
+    quantize_row_q8_0(v.data() + r * cols, static_cast<BlockQ8_0*>(q8.view().row_ptr(r)), cols);
+  }
+  for (const Tensor* q : {&q4, &q8}) {
+    Tensor qd = to_gpu(*q);
+    for (DType t : {DType::kBF16, DType::kF32}) {
+      Tensor h = Tensor::empty(t, {rows, cols}), hd = Tensor::empty(t, {rows, cols}, Device::kCuda);
+      convert(cpu(), *q, h);
+      convert(gpu(), qd, hd);
+      expect_bits(to_host(hd), h, "dequantise " + std::string(to_string(q->view().dtype)) + " -> " + std::string(to_string(t)));
+    }
+  }
+}
+
+TEST(Cuda, EmbeddingVocabParallel) {
+  const std::int64_t vocab = 40, dim = 64, begin = 100;
+  std::vector<float> v = random_floats(static_cast<std::size_t>(vocab * dim), 30);
+  const std::vector<std::int32_t> tokens = {100, 139, 5, 120, 140, 101};  // 5 and 140 are outside the slice
+  Tensor q8 = Tensor::empty(DType::kQ8_0, {vocab, dim});
+  for (std::int64_t r = 0; r < vocab; ++r)
+    quantize_row_q8_0(v.data() + r * dim, static_cast<BlockQ8_0*>(q8.view().row_ptr(r)), dim);
+  std::vector<Tensor> tables;
+  tables.push_back(store(v, DType::kF32, vocab, dim).tensor);
+  tables.push_back(store(v, DType::kBF16, vocab, dim).tensor);
+  tables.push_back(std::move(q8));
+  for (const Tensor& t : tables) {
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    Tensor o = Tensor::empty(DType::kF32, {n, dim}), od = Tensor::empty(DType::kF32, {n, dim}, Device::kCuda);
+    embedding(cpu(), t, tokens, begin, o);
+    embedding(gpu(), to_gpu(t), tokens, begin, od);
+    expect_bits(to_host(od), o, "embedding " + std::string(to_string(t.view().dtype)));
+  }
+}
+
+TEST(Cuda, RopeMatchesTheTable) {
+  RopeConfig cfg;
+  cfg.head_dim = 128;
+  cfg.theta = 500000.0;
+  cfg.scaling = RopeScaling::kLlama3;
+  RopeTable table(cfg, 4096);
+  const int heads = 3;
+  const std::vector<std::int32_t> pos = {0, 1, 17, 4095, 2048};
+  std::vector<float> v = random_floats(pos.size() * heads * 128, 40);
+  // A column slice (the q part of a fused qkv buffer): row stride > columns.
+  Tensor wide = test::f32_tensor(std::vector<float>(pos.size() * 500, 0.0f), static_cast<std::int64_t>(pos.size()), 500);
+  for (std::size_t r = 0; r < pos.size(); ++r)
+    std::memcpy(wide.ptr<float>() + r * 500 + 7, v.data() + r * heads * 128, heads * 128 * sizeof(float));
+  Tensor wd = to_gpu(wide);
+  apply_rope(cpu(), table, wide.view().slice_cols(7, heads * 128), heads, pos);
+  apply_rope(gpu(), table, wd.view().slice_cols(7, heads * 128), heads, pos);
+  expect_near(to_host(wd), wide, 2e-6, 2e-6, "rope");
+}
+
+// ---- attention -------------------------------------------------------------------------
+
+struct AttnCase {
+  int heads, kv_heads, head_dim;
+  DType cache;
+};
+
+class CudaAttention : public testing::TestWithParam<AttnCase> {};
+
+TEST_P(CudaAttention, PrefillChunksThenDecode) {
+  const AttnCase c = GetParam();
+  const AttentionDims dims{c.heads, c.kv_heads, c.head_dim};
+  const std::int64_t cap = 1100, qw = std::int64_t{c.heads} * c.head_dim, kw = std::int64_t{c.kv_heads} * c.head_dim;
+  const std::vector<std::int64_t> lengths = {1, 300, 1030};  // decode lengths after prefill
+  KvCache hc(1, 3, c.kv_heads, cap, c.head_dim, c.cache);
+  KvCache dc(1, 3, c.kv_heads, cap, c.head_dim, c.cache, Device::kCuda);
+  std::uint32_t seed = 50;
+  for (int b = 0; b < 3; ++b) {
+    // Prefill lengths[b] - 1 tokens in chunks (the second starts at an offset), then decode one.
+    const std::int64_t total = lengths[static_cast<std::size_t>(b)] - 1;
+    for (std::int64_t start = 0; start < total;) {
+      const std::int64_t t = std::min<std::int64_t>(total - start, start == 0 ? 13 : 700);
+      Tensor k = test::f32_tensor(random_floats(static_cast<std::size_t>(t * kw), seed++), t, kw);
+      Tensor v = test::f32_tensor(random_floats(static_cast<std::size_t>(t * kw), seed++), t, kw);
+      Tensor q = test::f32_tensor(random_floats(static_cast<std::size_t>(t * qw), seed++), t, qw);
+      kv_write(cpu(), hc.view(0, b), k, v, start);
+      kv_write(gpu(), dc.view(0, b), to_gpu(k), to_gpu(v), start);
+      Tensor o = Tensor::empty(DType::kF32, {t, qw}), od = Tensor::empty(DType::kF32, {t, qw}, Device::kCuda);
+      attention_prefill(cpu(), dims, q, hc.view(0, b), start, o);
+      attention_prefill(gpu(), dims, to_gpu(q), dc.view(0, b), start, od);
+      expect_near(to_host(od), o, 2e-5, 1e-4, "prefill chunk at " + std::to_string(start));
+      start += t;
+    }
+  }
+  Tensor kn = test::f32_tensor(random_floats(static_cast<std::size_t>(3 * kw), seed++), 3, kw);
+  Tensor vn = test::f32_tensor(random_floats(static_cast<std::size_t>(3 * kw), seed++), 3, kw);
+  Tensor q = test::f32_tensor(random_floats(static_cast<std::size_t>(3 * qw), seed++), 3, qw);
+  Tensor knd = to_gpu(kn), vnd = to_gpu(vn);
+  std::vector<KvView> hv, dv;
+  for (int b = 0; b < 3; ++b) {
+    const std::int64_t pos = lengths[static_cast<std::size_t>(b)] - 1;
+    kv_write(cpu(), hc.view(0, b), kn.view().slice_rows(b, 1), vn.view().slice_rows(b, 1), pos);
+    kv_write(gpu(), dc.view(0, b), knd.view().slice_rows(b, 1), vnd.view().slice_rows(b, 1), pos);
+    hv.push_back(hc.view(0, b));
+    dv.push_back(dc.view(0, b));
+  }
+  // kv_write stored the same bits (whole planes: unused positions are zero on both).
+  for (int b = 0; b < 3; ++b) {
+    Tensor k_back = to_host(dc.view(0, b).k), v_back = to_host(dc.view(0, b).v);
+    Tensor k_want = Tensor::empty(c.cache, {c.kv_heads, cap, c.head_dim}), v_want = Tensor::empty(c.cache, {c.kv_heads, cap, c.head_dim});
+    copy(cpu(), hc.view(0, b).k, k_want);
+    copy(cpu(), hc.view(0, b).v, v_want);
+    expect_bits(k_back, k_want, "kv_write keys");
+    expect_bits(v_back, v_want, "kv_write values");
+  }
+  Tensor o = Tensor::empty(DType::kF32, {3, qw}), od = Tensor::empty(DType::kF32, {3, qw}, Device::kCuda);
+  attention_decode(cpu(), dims, q, hv, lengths, o);
+  attention_decode(gpu(), dims, to_gpu(q), dv, lengths, od);
+  expect_near(to_host(od), o, 2e-5, 1e-4, "decode");
+  // One sequence alone (the split-K path with few rows).
+  Tensor o1 = Tensor::empty(DType::kF32, {1, qw}), od1 = Tensor::empty(DType::kF32, {1, qw}, Device::kCuda);
+  Tensor qd = to_gpu(q);
+  attention_decode(cpu(), dims, q.view().slice_rows(2, 1), {&hv[2], 1}, {&lengths[2], 1}, o1);
+  attention_decode(gpu(), dims, qd.view().slice_rows(2, 1), {&dv[2], 1}, {&lengths[2], 1}, od1);
+  expect_near(to_host(od1), o1, 2e-5, 1e-4, "decode, one long sequence");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
+                         testing::Values(AttnCase{8, 2, 64, DType::kF32}, AttnCase{8, 2, 64, DType::kBF16},
+                                         AttnCase{4, 4, 128, DType::kBF16}, AttnCase{32, 2, 80, DType::kF32},
+                                         AttnCase{6, 1, 256, DType::kBF16}));
+
+}  // namespace
+}  // namespace trellis::kernels
+
+// Exit 77 (CTest: skipped) with the reason when there is nothing to run on.
+int main(int argc, char** argv) {
+  const trellis::kernels::CudaKernelsInfo info = trellis::kernels::cuda_kernels_info();
+  if (!info.built || info.gpus.empty()) {
+    std::printf("no CUDA device: %s\n", info.built ? info.why.c_str()
+                                                    : ("the CUDA backend is not built (" + info.why + ")").c_str());
+    return 77;
+  }
+  std::printf("GPU 0: %s (sm_%d%d), CUDA runtime %s, cuBLASLt %s, built for %s\n", info.gpus[0].name.c_str(),
+              info.gpus[0].major, info.gpus[0].minor, info.runtime.c_str(), info.cublaslt.c_str(),
+              info.architectures.c_str());
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
