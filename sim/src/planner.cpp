@@ -6,12 +6,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "trellis/core/error.hpp"
+#include "trellis/core/process.hpp"
 #include "trellis/sim/appendix.hpp"
 #include "trellis/sim/units.hpp"
 
@@ -325,10 +329,10 @@ std::optional<TpAcrossHosts> explain_tp_across_hosts(const PlanRequest& r, const
       break;
     }
   if (!x.alternative)  // none within the SLO: the one that misses it least
-    for (const auto& c : res.feasible)
-      if (inside(c) && (!x.alternative || c.miss < x.alternative->miss ||
-                        (c.miss == x.alternative->miss && ranks_before(r.objective, c, *x.alternative))))
-        x.alternative = c;
+    for (const Candidate* c : res.feasible())
+      if (inside(*c) && (!x.alternative || c->miss < x.alternative->miss ||
+                         (c->miss == x.alternative->miss && ranks_before(r.objective, *c, *x.alternative))))
+        x.alternative = *c;
   const double compute = w.prediction.decode.compute * m;
   std::string line = fmt::format(
       "TP across {}s: t={} spans {} {}s, so each all-reduce also crosses {} at {:.1f} GB/s per rank (its share of "
@@ -411,50 +415,90 @@ PlanResult plan(const PlanRequest& r) {
     per_precision.push_back(r);
     per_precision.back().work = with_precision(r.work, pr);
   }
+  // The grids (d, p, t) are independent and every prediction is a pure function: they are
+  // searched on several threads, each into its own lists, merged afterwards in grid order so
+  // the result is the same as a sequential search.
+  struct Grid {
+    int d, p, t;
+  };
+  std::vector<Grid> grids;
   for (int d : divisors(n)) {
     if (d > 1 && !r.replicas) break;
     const int per = n / d;
-    for (int t : divisors(per)) {
-      const int p = per / t;
-      if (p > r.model.layers) continue;  // reported once below as a shape constraint
-      const LayoutLinks grid_links = layout_links(r.cluster, p, t);
-      for (const auto& [ep, ep_group] : ep_options(r, d, p, t)) {
+    for (int t : divisors(per))
+      if (per / t <= r.model.layers) grids.push_back({d, per / t, t});  // else a shape constraint, below
+  }
+  auto search = [&](const Grid& g, PlanResult& out) {
+    const int d = g.d, p = g.p, t = g.t;
+    const LayoutLinks grid_links = layout_links(r.cluster, p, t);
+    for (const auto& [ep, ep_group] : ep_options(r, d, p, t)) {
       LayoutLinks links = grid_links;
       links.ep = ep_group;
       for (const PlanRequest& rp : per_precision)
-      for (Variant v : r.variants) {
-        if (t == 1 && v != t1) continue;
-        if (r.kind == ModelKind::kAppendix && v != Variant::kStandard && listed(Variant::kStandard)) continue;
-        for (int batch : r.batches) {
-          // The wave of whole prompts does not depend on the decode microbatches: its best
-          // prefill microbatch count, found once per batch, is reused for every m.
-          int wave_m = 0;
-          ModelInputs in = inputs(rp, Layout{p, t, 1, v, r.lp_fraction}, batch, links);
-          for (int m : microbatch_options(p, batch, r.kind))
-          for (int chunk : chunks) {
-            Layout l{p, t, m, v, r.lp_fraction};
-            l.ep = ep;
-            l.prefill_chunk = chunk;
-            l.prefill_microbatches = chunk == 0 ? wave_m : 0;
-            in.layout = l;
-            Candidate c = evaluate_inputs(rp, d, in);
-            ++res.evaluated;
-            if (chunk == 0 && c.prediction.feasible) wave_m = c.prediction.prefill_microbatches;
-            if (c.prediction.feasible && c.slo_miss.empty() && v == Variant::kNoComm) {
-              res.feasible.push_back(c);
-              res.bounds.push_back(std::move(c));  // an upper bound, never a pick
-            } else if (!c.prediction.feasible || !c.slo_miss.empty()) {
-              if (c.prediction.feasible) res.feasible.push_back(c);
-              res.rejected.push_back(std::move(c));
-            } else {
-              res.feasible.push_back(c);
-              res.ranked.push_back(std::move(c));
-            }
+        for (Variant v : r.variants) {
+          if (t == 1 && v != t1) continue;
+          if (r.kind == ModelKind::kAppendix && v != Variant::kStandard && listed(Variant::kStandard)) continue;
+          for (int batch : r.batches) {
+            // The wave of whole prompts does not depend on the decode microbatches: its best
+            // prefill microbatch count, found once per batch, is reused for every m.
+            int wave_m = 0;
+            ModelInputs in = inputs(rp, Layout{p, t, 1, v, r.lp_fraction}, batch, links);
+            for (int m : microbatch_options(p, batch, r.kind))
+              for (int chunk : chunks) {
+                Layout l{p, t, m, v, r.lp_fraction};
+                l.ep = ep;
+                l.prefill_chunk = chunk;
+                l.prefill_microbatches = chunk == 0 ? wave_m : 0;
+                in.layout = l;
+                Candidate c = evaluate_inputs(rp, d, in);
+                ++out.evaluated;
+                if (chunk == 0 && c.prediction.feasible) wave_m = c.prediction.prefill_microbatches;
+                if (c.prediction.feasible && c.slo_miss.empty() && v == Variant::kNoComm)
+                  out.bounds.push_back(std::move(c));  // an upper bound, never a pick
+                else if (!c.prediction.feasible || !c.slo_miss.empty())
+                  out.rejected.push_back(std::move(c));
+                else
+                  out.ranked.push_back(std::move(c));
+              }
           }
         }
-      }
-      }  // ep
     }
+  };
+  std::vector<PlanResult> parts(grids.size());
+  const int threads = static_cast<int>(std::min<std::size_t>(grids.size(), std::max<std::size_t>(1, allowed_cpus().size())));
+  std::atomic<std::size_t> next{0};
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(threads));
+  auto worker = [&](int w) {
+    try {
+      for (std::size_t i = next++; i < grids.size(); i = next++) search(grids[i], parts[i]);
+    } catch (...) {
+      errors[static_cast<std::size_t>(w)] = std::current_exception();
+      next = grids.size();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < threads; ++w) pool.emplace_back(worker, w);
+  worker(0);
+  for (auto& th : pool) th.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  auto append = [](std::vector<Candidate>& to, std::vector<Candidate>& from) {
+    to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+  };
+  std::size_t n_ranked = 0, n_rejected = 0, n_bounds = 0;
+  for (const auto& part : parts) {
+    n_ranked += part.ranked.size();
+    n_rejected += part.rejected.size();
+    n_bounds += part.bounds.size();
+  }
+  res.ranked.reserve(n_ranked);
+  res.rejected.reserve(n_rejected);
+  res.bounds.reserve(n_bounds);
+  for (auto& part : parts) {
+    res.evaluated += part.evaluated;
+    append(res.ranked, part.ranked);
+    append(res.rejected, part.rejected);
+    append(res.bounds, part.bounds);
   }
   std::sort(res.ranked.begin(), res.ranked.end(),
             [&](const Candidate& a, const Candidate& b) { return ranks_before(r.objective, a, b); });
@@ -467,10 +511,18 @@ PlanResult plan(const PlanRequest& r) {
   return res;
 }
 
-std::vector<const Candidate*> pareto_front(const std::vector<Candidate>& all, std::optional<Variant> variant) {
+std::vector<const Candidate*> PlanResult::feasible() const {
+  std::vector<const Candidate*> out;
+  for (const auto* list : {&ranked, &bounds, &rejected})
+    for (const auto& c : *list)
+      if (c.prediction.feasible) out.push_back(&c);
+  return out;
+}
+
+std::vector<const Candidate*> pareto_front(const std::vector<const Candidate*>& all, std::optional<Variant> variant) {
   std::vector<const Candidate*> pts;
-  for (const auto& c : all)
-    if (c.prediction.feasible && (!variant || c.layout.variant == *variant)) pts.push_back(&c);
+  for (const Candidate* c : all)
+    if (c->prediction.feasible && (!variant || c->layout.variant == *variant)) pts.push_back(c);
   std::sort(pts.begin(), pts.end(), [](const Candidate* a, const Candidate* b) {
     if (a->prediction.tpot_s != b->prediction.tpot_s) return a->prediction.tpot_s < b->prediction.tpot_s;
     return a->total_tokens_per_s > b->total_tokens_per_s;

@@ -38,7 +38,7 @@ std::string pareto_svg(const PlanResult& result, const std::string& title) {
   std::vector<std::pair<Variant, std::vector<const Candidate*>>> series;
   double xmin = 1e300, xmax = 0, ymax = 0;
   for (Variant v : all_variants()) {
-    auto front = pareto_front(result.feasible, v);
+    auto front = pareto_front(result.feasible(), v);
     if (front.empty()) continue;
     for (const Candidate* c : front) {
       xmin = std::min(xmin, c->prediction.tpot_s * 1e3);

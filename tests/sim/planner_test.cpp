@@ -74,7 +74,7 @@ TEST(Planner, AppendixModelIsSelectable) {
 TEST(Planner, ParetoFrontIsMonotoneAndSvgWellFormed) {
   PlanRequest r = request("llama-3.1-8b", 1, 8);
   PlanResult res = plan(r);
-  auto front = pareto_front(res.feasible, Variant::kStandard);
+  auto front = pareto_front(res.feasible(), Variant::kStandard);
   ASSERT_GE(front.size(), 2u);
   for (std::size_t i = 1; i < front.size(); ++i) {
     EXPECT_GE(front[i]->prediction.tpot_s, front[i - 1]->prediction.tpot_s);

@@ -187,7 +187,7 @@ TEST(Prefill, ChunksAsLongAsThePromptAreOneOptionAndNegativeOnesAreRefused) {
   r.work.prompt_len = 512;
   r.prefill_chunks = {0, 512, 1024, 2048};
   const PlanResult res = plan(r);
-  for (const auto& c : res.feasible) EXPECT_TRUE(c.layout.prefill_chunk == 0 || c.layout.prefill_chunk == 512);
+  for (const Candidate* c : res.feasible()) EXPECT_TRUE(c->layout.prefill_chunk == 0 || c->layout.prefill_chunk == 512);
   r.prefill_chunks = {256, -1};
   try {
     plan(r);

@@ -114,8 +114,11 @@ struct TpAcrossHosts {
 struct PlanResult {
   std::vector<Candidate> ranked;    // feasible and within the SLO, best first
   std::vector<Candidate> rejected;  // infeasible or missing the SLO, with the reason
-  std::vector<Candidate> feasible;  // every feasible candidate (for the Pareto chart)
   std::vector<Candidate> bounds;    // feasible nocomm layouts: upper bounds, never ranked
+  // Every feasible candidate (ranked, bounds, and those that fit but miss the SLO), for the
+  // Pareto chart; pointers into the lists above. Not stored: copying every candidate once
+  // more took a fifth of a large search.
+  std::vector<const Candidate*> feasible() const;
   long evaluated = 0;
   std::string binding_constraint;   // when `ranked` is empty: what stopped every layout
   std::vector<Candidate> closest;   // when `ranked` is empty: the best misses, least miss first
@@ -140,7 +143,7 @@ Prediction predict_appendix(const ModelInputs& in, int hosts_spanned);
 
 // Pareto frontier of candidates: lowest TPOT for a given throughput (per variant when
 // `variant` is set), sorted by TPOT.
-std::vector<const Candidate*> pareto_front(const std::vector<Candidate>& all, std::optional<Variant> variant);
+std::vector<const Candidate*> pareto_front(const std::vector<const Candidate*>& all, std::optional<Variant> variant);
 
 // A hand-written SVG: throughput (tokens/s) against TPOT (ms), one series per variant
 // (its Pareto frontier), like Ladder Residual's Figure 4.
