@@ -54,4 +54,14 @@ class Triad {
 TriadResult measure_triad(const Context& ctx, std::size_t array_bytes = std::size_t{256} << 20,
                           int reps = 10);
 
+// The limit a weight-streaming decode faces: a read-only pass over one buffer of
+// `buffer_bytes` (much larger than the caches), split over the Context's threads, counting
+// buffer_bytes per pass. Triad also writes (and write-allocates) a third of its traffic, so
+// it is not the ceiling of a kernel that only reads its weights; this is. Same threads and
+// placement as the decode that runs on `ctx`. The sum of the buffer is checked after every
+// pass (a wrong sum throws kInternal), so the reads cannot be optimised away. Rounded down to
+// whole 64-byte lines per thread; kInvalidArgument below 1 MiB or for reps < 1. The result's
+// array_bytes is the buffer's size.
+TriadResult measure_read(const Context& ctx, std::size_t buffer_bytes = std::size_t{512} << 20, int reps = 10);
+
 }  // namespace trellis::kernels
