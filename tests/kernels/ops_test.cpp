@@ -197,6 +197,21 @@ TEST(Triad, MeasuresAndChecks) {
   EXPECT_THROW(measure_triad(ctx, 1000, 3), Error);
 }
 
+TEST(ReadStream, MeasuresChecksAndRefuses) {
+  // An odd thread count and a size that is not a whole number of lines per thread: the
+  // buffer is rounded down, and every pass's sum (checked inside) still matches.
+  Context ctx(3);
+  TriadResult r = measure_read(ctx, (std::size_t{3} << 20) + 100, 4);
+  EXPECT_EQ(r.samples.size(), 4u);
+  EXPECT_EQ(r.threads, 3);
+  EXPECT_EQ(r.array_bytes % (3 * 64), 0u);
+  EXPECT_LE(r.array_bytes, (std::size_t{3} << 20) + 100);
+  EXPECT_GT(r.median_bytes_per_s, 0);
+  EXPECT_GE(r.best_bytes_per_s, r.median_bytes_per_s);
+  EXPECT_THROW(measure_read(ctx, 1000, 3), Error);
+  EXPECT_THROW(measure_read(ctx, std::size_t{4} << 20, 0), Error);
+}
+
 TEST(Tensor, ViewsAndErrors) {
   Tensor t = Tensor::zeros(DType::kBF16, {2, 3, 4});
   EXPECT_EQ(t.view().rows(), 6);
