@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -33,7 +34,9 @@ Request make_request(std::int64_t id, int prompt_len, int max_tokens) {
 
 // Drives a scheduler the way the engine does (groups in turn, one iteration in flight per
 // group) with a fake "model" that answers token = 1000 + position; checks every invariant.
-void drive(Scheduler& s, int groups, int max_iters = 10000) {
+// `on_schedule` (optional) sees every iteration as it is scheduled.
+void drive(Scheduler& s, int groups, int max_iters = 10000,
+           const std::function<void(const ScheduleOutput&, double)>& on_schedule = {}) {
   std::vector<std::optional<ScheduleOutput>> inflight(static_cast<std::size_t>(groups));
   int it = 0;
   double now = 0;
@@ -49,6 +52,7 @@ void drive(Scheduler& s, int groups, int max_iters = 10000) {
         f.reset();
       }
       f = s.schedule(g, now);
+      if (f && on_schedule) on_schedule(*f, now);
       any = any || f.has_value();
     }
     ASSERT_TRUE(any || s.done()) << "no group can make progress";
@@ -420,31 +424,18 @@ TEST(Scheduler, ChunkedPrefillKeepsEveryIterationWithinItsTokensAndAbortsMidProm
   std::vector<Request> reqs;
   for (int i = 0; i < 8; ++i) reqs.push_back(make_request(i, 3 + 7 * i, 4));
   Scheduler s(cfg, reqs);
-  std::vector<std::optional<ScheduleOutput>> inflight(2);
-  double now = 0;
   bool aborted = false;
-  for (int it = 0; it < 10000 && !s.done(); ++it)
-    for (int g = 0; g < 2; ++g) {
-      auto& f = inflight[static_cast<std::size_t>(g)];
-      if (f) {
-        std::vector<std::int32_t> toks;
-        for (const auto& q : f->seqs)
-          if (q.sample) toks.push_back(1000 + q.pos + q.n_tokens);
-        s.complete(*f, toks, now += 1);
-        f.reset();
-      }
-      f = s.schedule(g, now);
-      if (!f) continue;
-      EXPECT_LE(f->n_tokens(), 16);
-      for (const auto& q : f->seqs) {
-        EXPECT_LE(q.n_tokens, 5);
-        // Request 6 (45 prompt tokens) is cancelled in the middle of its prefill.
-        if (q.id == 6 && q.pos >= 10 && !aborted) {
-          s.abort(6, "client gone", now);
-          aborted = true;
-        }
+  drive(s, 2, 10000, [&](const ScheduleOutput& f, double now) {
+    EXPECT_LE(f.n_tokens(), 16);
+    for (const auto& q : f.seqs) {
+      EXPECT_LE(q.n_tokens, 5);
+      // Request 6 (45 prompt tokens) is cancelled in the middle of its prefill.
+      if (q.id == 6 && q.pos >= 10 && !aborted) {
+        s.abort(6, "client gone", now);
+        aborted = true;
       }
     }
+  });
   ASSERT_TRUE(s.done());
   EXPECT_TRUE(aborted);
   EXPECT_EQ(s.results()[6].status, RequestStatus::kFailed);
