@@ -112,6 +112,11 @@ int run_action(const Action& action, Config config, bool sweep_shm) {
     return kExitUsage;
   }
   if (auto hint = session.launch.hint(); !hint.empty()) std::cerr << "trellis: " << hint << "\n";
+  if (auto why = session.launch.recovery_refusal(); !why.empty() && !session.config.get_bool("comm.allow_mpi_recovery")) {
+    // Every rank refuses alike, before MPI_Init; rank 0 says why.
+    if (session.launch.world_rank <= 0) std::cerr << "trellis: " << why << "\n";
+    return kExitUsage;
+  }
   session.under_mpirun = session.launch.uses_mpi();
   session.world_ptr = session.under_mpirun ? transport::make_mpi_bootstrap() : transport::make_local_bootstrap();
   LogOptions log;

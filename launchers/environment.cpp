@@ -65,6 +65,8 @@ LaunchInfo detect_launch() {
   if (env("OMPI_COMM_WORLD_SIZE") != nullptr) {
     l.kind = LaunchKind::kMpirun;
     l.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
+    l.world_rank = env_int("OMPI_COMM_WORLD_RANK", -1);
+    l.mpi_recovery = env_str("OMPI_MCA_orte_enable_recovery") == "1";
   } else if (srun_task) {
     l.kind = pmix ? LaunchKind::kSrunPmix : pmi ? LaunchKind::kSrunPmi2 : LaunchKind::kSrunNoPmi;
     l.local_rank = env_int("SLURM_LOCALID", -1);
@@ -150,6 +152,14 @@ std::string LaunchInfo::hint() const {
   return "note: srun --mpi=pmi2 needs an MPI built with Slurm's PMI-2 (MPICH, or Open MPI 4 configured "
          "--with-pmi); Open MPI 5 and Debian's Open MPI 4.1 speak PMIx only: if MPI_Init fails below, use "
          "srun --mpi=pmix";
+}
+
+std::string LaunchInfo::recovery_refusal() const {
+  if (!mpi_recovery) return {};
+  return "mpirun --enable-recovery keeps the job running after a rank dies, but trellis cannot recover a lost rank "
+         "(its shard of the model and its KV cache are gone): the survivors name the dead rank and exit, and then "
+         "mpirun waits for ever (5 of 5 runs across two hosts). Start the job without --enable-recovery; "
+         "--set comm.allow_mpi_recovery=true starts it anyway (the fault tests do, to see trellis's own reports)";
 }
 
 bool launched_by_mpirun() { return detect_launch().uses_mpi(); }

@@ -31,6 +31,8 @@ struct LaunchInfo {
   int slurm_task = -1, slurm_tasks = 0, slurm_local_task = -1, slurm_node_index = -1, slurm_nodes = 0;
   std::string pmix_namespace;  // PMIX_NAMESPACE
   int local_rank = -1;         // OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID; -1 when unknown
+  int world_rank = -1;         // OMPI_COMM_WORLD_RANK or SLURM_PROCID, before MPI_Init; -1 unknown
+  bool mpi_recovery = false;   // mpirun --enable-recovery (OMPI_MCA_orte_enable_recovery=1)
   // Every launcher variable found (OMPI_COMM_WORLD_*, SLURM_*, PMIX_*, PMI_*), name and value,
   // for `trellis info`.
   std::vector<std::pair<std::string, std::string>> variables;
@@ -47,6 +49,8 @@ struct LaunchInfo {
   std::string refusal() const;
   // A hint to print before MPI_Init, or empty (srun --mpi=pmi2 with an MPI that has PMIx only).
   std::string hint() const;
+  // Why mpirun --enable-recovery is refused, or empty when it was not given.
+  std::string recovery_refusal() const;
 };
 
 LaunchInfo detect_launch();

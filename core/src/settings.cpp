@@ -35,6 +35,10 @@ constexpr std::array kSettings = {
                 "Link backend override: 'auto' (policy table), NAME for every link, or "
                 "CLASS=NAME[,CLASS=NAME...] per link class (names: shm ucx tcp mpi nccl)",
                 "TRELLIS_TRANSPORT"},
+    SettingSpec{"comm.allow_mpi_recovery", T::kBool, "false",
+                "Start under mpirun --enable-recovery (refused by default: trellis cannot recover a lost rank, and "
+                "mpirun then never exits after the survivors name it)",
+                "TRELLIS_ALLOW_MPI_RECOVERY"},
     SettingSpec{"comm.bind_cores", T::kBool, "true",
                 "Under mpirun/srun: when the launcher left the ranks of a host free to share CPUs (--bind-to "
                 "none, socket binding), bind each to a CPU of its own at start (distinct cores first), so the "
@@ -135,6 +139,11 @@ constexpr std::array kSettings = {
                 "with 8-bit activations as llama.cpp does: ~5x fewer bytes, ~2x decode speed, but "
                 "rounding-sensitive, so t > 1 need not reproduce t = 1 token for token)",
                 "TRELLIS_WEIGHTS_FORMAT"},
+    SettingSpec{"run.device", T::kString, "auto",
+                "Where `trellis run`/`serve` compute: auto (a GPU when every rank sees one, else the CPU), cpu, or "
+                "cuda (refused before loading when a rank sees no GPU). Each rank binds to GPU (its index among its "
+                "host's ranks) modulo the GPUs it sees (CUDA_VISIBLE_DEVICES applies)",
+                "TRELLIS_DEVICE"},
     SettingSpec{"run.max_seqs", T::kInt, "32",
                 "Sequences generating at once in `trellis run`, over all p microbatches (each "
                 "microbatch holds max_seqs / p)",

@@ -3,6 +3,7 @@
 #  1. kill -9 of rank 2 mid-run: the job exits non-zero within the deadline and the output
 #     names rank 2; under --enable-recovery (survivors left alive by mpirun) the first
 #     report of trellis's own names the dead rank, for ranks 1, 2 and 3;
+#  1a. --enable-recovery is refused with the reason unless comm.allow_mpi_recovery is set;
 #  1c. --out keeps the answers that finished before a rank died (written as they end);
 #  1d. a SIGSTOPped rank (hung, alive) is the one the first report names, for ranks 1-3;
 #  2. SIGINT to mpirun (Ctrl-C): every rank stops cleanly (summary printed, "stopped
@@ -53,12 +54,23 @@ took=$(( $(date +%s) - start ))
 grep -qiE "rank 2|process rank 2" "$W/log" || fail "nothing names rank 2"
 echo "ok: rank 2 killed -> job exited $rc after ${took}s naming rank 2"
 
-# 1b. The same with --enable-recovery, so that mpirun does not kill the survivors first: then
+# 1a. --enable-recovery is refused before anything starts (issue 20.2: after a rank died the
+# survivors named it and exited, and mpirun then waited for ever), with the reason, once.
+# (Under --enable-recovery mpirun itself exits 0 whatever its ranks do, MPI_Abort included,
+# so the ranks' refusal and that nothing ran are what can be checked.)
+out=$(timeout 60 "${MPI[@]}" -np 2 --enable-recovery "$T" run --preset tiny --prompt hi 2>&1 </dev/null); rc=$?
+[ "$rc" != 124 ] || fail "--enable-recovery: the job hung"
+[ "$(grep -c "mpirun --enable-recovery keeps the job running" <<<"$out")" = 1 ] ||
+  fail "the refusal of --enable-recovery is not said exactly once: $out"
+grep -q "requests:" <<<"$out" && fail "--enable-recovery was refused but the run went on: $out"
+echo "ok: mpirun --enable-recovery refused with the reason, nothing ran (mpirun exit $rc)"
+
+# 1b. The same with --enable-recovery (allowed with comm.allow_mpi_recovery), so that mpirun does not kill the survivors first: then
 # trellis's own detection must fail the job, and its first report must name the dead rank
 # (the shm link, the shm all-reduce group and the channel notice a dead pid within ~100 ms;
 # deadline 5 s). Rank 1 dies in stage 0's TP group, 2 is the sampler, 3 is in stage 1's.
 for v in 1 2 3; do
-  "${MPI[@]}" -np 4 --enable-recovery "$T" --set comm.deadline_ms=5000 "${LONG[@]}" > "$W/log" 2>&1 &
+  "${MPI[@]}" -np 4 --enable-recovery "$T" --set comm.allow_mpi_recovery=true --set comm.deadline_ms=5000 "${LONG[@]}" > "$W/log" 2>&1 &
   PID=$!
   wait_started || fail "the run did not start"
   victim=$(rank_pid $v)
@@ -100,7 +112,7 @@ done
 # 1c. Answers that finished before a rank died stay in --out (issue 23.7): each request's
 # line is written and flushed as it ends, not when the run ends, and rank 0 says how many
 # it wrote. --enable-recovery keeps rank 0 alive to say so (plain mpirun kills it at once).
-"${MPI[@]}" -np 4 --enable-recovery "$T" --set comm.deadline_ms=5000 run --pp 2 --tp 2 \
+"${MPI[@]}" -np 4 --enable-recovery "$T" --set comm.allow_mpi_recovery=true --set comm.deadline_ms=5000 run --pp 2 --tp 2 \
   --workload n=200000,in=8,out=8 --max-context 64 --out "$W/out.jsonl" > "$W/log" 2>&1 &
 PID=$!
 wait_started || fail "the run did not start"
