@@ -25,7 +25,7 @@ struct RunOptions {
   bool no_cpu_sampler = false, no_tsem = false, no_sat = false;
   // Flags that stand for settings, as given (empty: not given); Config::set checks them, so
   // --max-seqs 0 is refused like --set run.max_seqs=0 rather than silently ignored.
-  std::string max_seqs, max_context, sampler_threads, kv_budget, prefill_chunk;
+  std::string max_seqs, max_context, sampler_threads, kv_budget, prefill_chunk, device;
 };
 
 std::atomic<bool> g_stop{false};
@@ -38,7 +38,8 @@ int run_generate(Session& s, RunOptions& o) {
                                        {"run.max_context", "--max-context", o.max_context},
                                        {"run.sampler_threads", "--sampler-threads", o.sampler_threads},
                                        {"run.kv_budget", "--kv-budget", o.kv_budget},
-                                       {"run.prefill_chunk", "--prefill-chunk", o.prefill_chunk}});
+                                       {"run.prefill_chunk", "--prefill-chunk", o.prefill_chunk},
+                                       {"run.device", "--device", o.device}});
       rc != 0)
     return rc;
   // A synthetic spec is checked here, on every rank, so that a bad one (n=1e14) is a usage
@@ -99,6 +100,7 @@ Action define_run(CLI::App& sub) {
       ->capture_default_str();
   add_variant_flags(sub, g.variant, g.variant_layers);
   add_layout_flags(sub, g.pp, g.tp);
+  add_device_flag(sub, o->device);
   auto* prompts = sub.add_option("--prompts", g.prompts,
                                  "Prompts file (JSONL: tokens, text or, with --chat, messages; per-request sampling)");
   auto* prompt = sub.add_option("--prompt", g.prompt,

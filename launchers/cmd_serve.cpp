@@ -25,7 +25,7 @@ struct ServeOptions {
   runtime::GenerateOptions gen;
   std::string host, api_key, model_name;
   // Flags that stand for settings, as given (empty: not given); Config::set checks them.
-  std::string port, max_seqs, max_context, kv_budget, prefill_chunk;
+  std::string port, max_seqs, max_context, kv_budget, prefill_chunk, device;
 };
 
 std::atomic<bool> g_serve_stop{false};
@@ -38,7 +38,8 @@ int apply_flags(Session& s, const ServeOptions& o) {
                                  {"run.max_seqs", "--max-seqs", o.max_seqs},
                                  {"run.max_context", "--max-context", o.max_context},
                                  {"run.kv_budget", "--kv-budget", o.kv_budget},
-                                 {"run.prefill_chunk", "--prefill-chunk", o.prefill_chunk}});
+                                 {"run.prefill_chunk", "--prefill-chunk", o.prefill_chunk},
+                                 {"run.device", "--device", o.device}});
 }
 
 serve::ServerOptions server_options(const Config& c, const ServeOptions& o) {
@@ -185,6 +186,7 @@ Action define_serve(CLI::App& sub) {
   sub.add_option("--model-name", o->model_name, "The model id clients name (default: the file's stem)");
   add_variant_flags(sub, g.variant, g.variant_layers);
   add_layout_flags(sub, g.pp, g.tp);
+  add_device_flag(sub, o->device);
   sub.add_option("--host", o->host, "Bind address (setting serve.host, default 127.0.0.1: this machine only)");
   sub.add_option("--port", o->port, "TCP port (setting serve.port, default 8000; 0: any free port)");
   sub.add_option("--api-key", o->api_key,

@@ -15,7 +15,9 @@
 #include "trellis/core/error.hpp"
 #include "trellis/core/process.hpp"
 #include "trellis/core/progress.hpp"
+#include "trellis/kernels/library.hpp"
 #include "trellis/runtime/checkpoint/reader.hpp"
+#include "trellis/runtime/engine/device.hpp"
 #include "trellis/runtime/engine/llama_stage.hpp"
 #include "trellis/runtime/engine/warmup.hpp"
 #include "trellis/runtime/model/synthetic.hpp"
@@ -109,6 +111,23 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   const Deadline setup = Deadline::after(config.get_duration("comm.connect_timeout_ms") * 3);
   const double t_begin = now_seconds();
   check_layout_ranks(o.pp, o.tp, world.size());
+  // The device, before anything is read: --device cuda without a GPU is refused here on every
+  // rank, naming the CUDA runtime's reason. One device for the whole job (auto takes the CPU
+  // unless every rank sees a GPU), because a TP group's ranks must agree on their buffers.
+  const DeviceChoice device_choice = parse_device_choice(config.get_string("run.device"), "run.device (--device)");
+  kernels::CudaKernelsInfo cuda_info;
+  if (device_choice != DeviceChoice::kCpu) cuda_info = kernels::cuda_kernels_info();
+  std::string device_refusal;
+  try {
+    (void)bind_device(device_choice, cuda_info, 0);
+  } catch (const Error& e) {
+    device_refusal = e.what();
+  }
+  if (world.any(!device_refusal.empty(), setup))
+    throw_error(ErrorCode::kUnsupported, "{}",
+                device_refusal.empty() ? std::string("--device cuda: another rank has no usable GPU (its error names why)")
+                                       : fmt::format("rank {}: {}", world.rank(), device_refusal));
+  const bool use_gpu = device_choice != DeviceChoice::kCpu && !world.any(cuda_info.gpus.empty(), setup);
   // The model: a checkpoint directory, or a synthetic preset generated in memory.
   auto& reader = j->reader;
   auto& cfg = j->cfg;
@@ -216,7 +235,18 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   // native keeps GGUF Q4_1/Q8_0 blocks quantised (llama.cpp's arithmetic, faster); the default
   // dequant is the one whose tokens are identical across layouts.
   lo.weights_format = parse_weights_format(config.get_string("model.weights_format"), "model.weights_format");
-  j->ctx = std::make_unique<kernels::Context>(static_cast<int>(config.get_int("kernels.threads")));
+  if (use_gpu) {
+    // Bind to the GPU of this rank's place among its host's ranks (as the NCCL link does).
+    int local = 0;
+    for (int r = 0; r < me; ++r) local += grid.host_of[static_cast<std::size_t>(r)] == grid.host_of[static_cast<std::size_t>(me)];
+    const DeviceBinding bind = bind_device(DeviceChoice::kCuda, cuda_info, local);
+    spdlog::log(me == 0 ? spdlog::level::info : spdlog::level::debug, "rank {}: device cuda, {}", me, bind.reason);
+    j->ctx = std::make_unique<kernels::Context>(kernels::Device::kCuda, bind.gpu);
+  } else {
+    if (me == 0 && device_choice == DeviceChoice::kAuto && !cuda_info.gpus.empty())
+      spdlog::info("device: cpu (--device auto and not every rank sees a GPU)");
+    j->ctx = std::make_unique<kernels::Context>(static_cast<int>(config.get_int("kernels.threads")));
+  }
   progress.step(fmt::format("loading each rank's shard (rank 0: layers {}-{})", lo.first_layer, lo.last_layer - 1));
   j->model = std::make_unique<LlamaModel>(*reader, cfg, *timed, *j->ctx, lo);
   auto& model = *j->model;

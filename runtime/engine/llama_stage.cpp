@@ -4,6 +4,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "trellis/core/error.hpp"
+#include "trellis/kernels/ops.hpp"
+
 namespace trellis::runtime {
 namespace {
 
@@ -25,7 +28,16 @@ class LlamaStage final : public StageCompute {
   void forward(const StageInput& in, float* x, Tracer& trace) override {
     fill_batch(in);
     const auto H = m_.config().hidden_size;
-    auto xv = kernels::TensorView::matrix(x, kernels::DType::kF32, in.n_tokens(), H);
+    const auto host = kernels::TensorView::matrix(x, kernels::DType::kF32, in.n_tokens(), H);
+    auto xv = host;
+    if (on_device()) {
+      xv = device_buffer(dx_, in.n_tokens(), H);
+      dx_rows_ = in.n_tokens();
+      if (!m_.has_embedding()) {
+        Tracer::Span span(trace, Lane::kForward, TraceCat::kRecv, "hidden to device", in.iteration);
+        kernels::copy(m_.context(), host, xv);
+      }
+    }
     if (m_.has_embedding()) {
       Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "embed", in.iteration);
       m_.embed(batch_, xv);
@@ -35,20 +47,39 @@ class LlamaStage final : public StageCompute {
       // from one layer into the next), so the stage's layers are one span.
       Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "layers", in.iteration, m_.first_layer());
       runner_->run_layers(batch_, xv, m_.first_layer(), m_.last_layer());
-      return;
+    } else {
+      for (int l = m_.first_layer(); l < m_.last_layer(); ++l) {
+        Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "block", in.iteration, l);
+        m_.standard_layer(l, batch_, xv);
+      }
     }
-    for (int l = m_.first_layer(); l < m_.last_layer(); ++l) {
-      Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "block", in.iteration, l);
-      m_.standard_layer(l, batch_, xv);
+    if (on_device() && !m_.has_lm_head()) {
+      // The next stage's sender reads host memory (stage hand-off through the host for now).
+      Tracer::Span span(trace, Lane::kForward, TraceCat::kSend, "hidden to host", in.iteration);
+      kernels::copy(m_.context(), xv, host);
     }
   }
 
   void logits(const StageInput& in, const float* x, float* out) override {
     fill_batch(in);
     const auto H = m_.config().hidden_size;
-    auto xv = kernels::TensorView::matrix(x, kernels::DType::kF32, in.n_tokens(), H);
-    auto ov = kernels::TensorView::matrix(out, kernels::DType::kF32, in.n_sampled(), m_.layout().vocab_local());
-    m_.local_logits(batch_, xv, ov);
+    const auto V = m_.layout().vocab_local();
+    auto ov = kernels::TensorView::matrix(out, kernels::DType::kF32, in.n_sampled(), V);
+    if (in.n_sampled() == 0) return;
+    if (!on_device()) {
+      auto xv = kernels::TensorView::matrix(x, kernels::DType::kF32, in.n_tokens(), H);
+      m_.local_logits(batch_, xv, ov);
+      return;
+    }
+    if (dx_rows_ != in.n_tokens())
+      throw_error(ErrorCode::kInternal, "logits() for {} tokens after a forward() of {} on the GPU", in.n_tokens(),
+                  dx_rows_);
+    // Synchronous device -> host copy: the engine's sampler hand-off reads `out` at once.
+    // Overlapping it with the next microbatch needs an asynchronous copy on a second stream
+    // into pinned memory, which the kernels layer does not offer yet (docs/runtime.md, GPU).
+    const auto dv = device_buffer(dlogits_, in.n_sampled(), V);
+    m_.local_logits(batch_, device_buffer(dx_, in.n_tokens(), H), dv);
+    kernels::copy(m_.context(), dv, ov);
   }
 
  private:
@@ -64,7 +95,16 @@ class LlamaStage final : public StageCompute {
     filled_for_ = in.iteration;
   }
 
+  bool on_device() const { return m_.device() != kernels::Device::kCpu; }
+  // A [rows, cols] f32 view of a grow-only device tensor.
+  kernels::TensorView device_buffer(kernels::Tensor& t, std::int64_t rows, std::int64_t cols) {
+    if (t.numel() < rows * cols) t = kernels::Tensor::empty(kernels::DType::kF32, {rows * cols}, m_.device());
+    return kernels::TensorView::matrix(t.view().data, kernels::DType::kF32, rows, cols, -1, m_.device());
+  }
+
   LlamaModel& m_;
+  kernels::Tensor dx_, dlogits_;  // GPU models: the stage's hidden state and logits
+  std::int64_t dx_rows_ = -1;
   std::optional<VariantRunner> runner_;
   Batch batch_;
   std::int64_t filled_for_ = -1;

@@ -47,7 +47,6 @@ LlamaModel::LlamaModel(const CheckpointReader& reader, const ModelConfig& cfg, t
     throw_error(ErrorCode::kInvalidArgument, "stage layers [{}, {}) are not a non-empty range of the model's {} layers",
                 first_, last_, cfg.num_layers);
   if (opt.max_slots < 1) throw_error(ErrorCode::kInvalidArgument, "max_slots must be >= 1 (got {})", opt.max_slots);
-  load(reader, opt);
   std::int64_t cap = opt.max_seq_len > 0 ? opt.max_seq_len : std::min<std::int64_t>(cfg.max_position_embeddings, 4096);
   if (cfg.sliding_window > 0 && cap > cfg.sliding_window)
     throw_error(ErrorCode::kUnsupported,
@@ -55,10 +54,12 @@ LlamaModel::LlamaModel(const CheckpointReader& reader, const ModelConfig& cfg, t
                 "limit the context (max_seq_len, now {}) to at most {} tokens", cfg.sliding_window, cap,
                 cfg.sliding_window);
   rope_ = kernels::RopeTable(cfg.rope, cap);
-  kv_ = kernels::KvCache(last_ - first_, opt.max_slots, tp_layout_.kv_heads, cap, cfg.head_dim, opt.kv_dtype);
+  load_and_allocate(reader, opt, cap);
   scratch_.resize(kScratchCount);
   // Collective over the TP group: every member constructs its model with the same options.
-  if (tp_.size() > 1 && opt.window_bytes >= 2 * 64) {
+  // A GPU model reduces device buffers through host staging, so it registers no window (the
+  // whole TP group runs on one kind of device: prepare_job gives every rank the same choice).
+  if (tp_.size() > 1 && opt.window_bytes >= 2 * 64 && device() == kernels::Device::kCpu) {
     try {
       window_ = tp_.allocate_window(opt.window_bytes);
     } catch (const Error& e) {
@@ -73,8 +74,8 @@ LlamaModel::~LlamaModel() = default;
 
 TensorView LlamaModel::scratch(int which, std::int64_t rows, std::int64_t cols) {
   kernels::Tensor& t = scratch_[static_cast<std::size_t>(which)];
-  if (t.numel() < rows * cols) t = kernels::Tensor::empty(kernels::DType::kF32, {rows * cols});
-  return TensorView::matrix(t.view().data, kernels::DType::kF32, rows, cols);
+  if (t.numel() < rows * cols) t = kernels::Tensor::empty(kernels::DType::kF32, {rows * cols}, device());
+  return TensorView::matrix(t.view().data, kernels::DType::kF32, rows, cols, -1, device());
 }
 
 std::int64_t LlamaModel::window_rows() const {
@@ -182,6 +183,7 @@ void LlamaModel::all_reduce(const TensorView& partial) {
   if (tp_.size() == 1) return;
   if (!partial.is_contiguous())
     throw_error(ErrorCode::kInternal, "all_reduce needs a contiguous tensor, got {}", partial.describe());
+  if (partial.device != kernels::Device::kCpu) return all_reduce_staged(partial);
   tp_.all_reduce(partial.data, static_cast<std::size_t>(partial.numel()), transport::DType::kF32);
 }
 
@@ -189,6 +191,13 @@ transport::RequestPtr LlamaModel::all_reduce_async(const TensorView& partial) {
   if (tp_.size() == 1) return transport::make_completed_request(0, "all-reduce over a group of one");
   if (!partial.is_contiguous())
     throw_error(ErrorCode::kInternal, "all_reduce_async needs a contiguous tensor, got {}", partial.describe());
+  if (partial.device != kernels::Device::kCpu) {
+    // Host staging is synchronous; the request is complete when it is returned (ladder then
+    // overlaps nothing on a GPU until device-memory collectives exist).
+    all_reduce_staged(partial);
+    return transport::make_completed_request(static_cast<std::size_t>(partial.numel()) * sizeof(float),
+                                             "all-reduce through host staging");
+  }
   return tp_.all_reduce_async(partial.data, static_cast<std::size_t>(partial.numel()), transport::DType::kF32);
 }
 
@@ -213,7 +222,18 @@ void LlamaModel::local_logits(const Batch& batch, const TensorView& x, const Ten
   const std::int64_t R = batch.logit_rows(), H = cfg_.hidden_size;
   if (R == 0) return;
   TensorView sel = scratch(kSelected, R, H);
-  if (batch.all_logits) {
+  if (device() != kernels::Device::kCpu) {
+    // GPU: the same row selection as device-to-device copies, enqueued on the stream.
+    if (batch.all_logits) {
+      kernels::copy(ctx_, x.slice_rows(0, R), sel);
+    } else {
+      std::int64_t row = 0, out_row = 0;
+      for (const auto& s : batch.seqs) {
+        row += s.n_tokens;
+        if (s.logits) kernels::copy(ctx_, x.slice_rows(row - 1, 1), sel.slice_rows(out_row++, 1));
+      }
+    }
+  } else if (batch.all_logits) {
     std::memcpy(sel.data, x.data, static_cast<std::size_t>(R * H) * sizeof(float));
   } else {
     std::int64_t row = 0, out_row = 0;
@@ -228,7 +248,14 @@ void LlamaModel::local_logits(const Batch& batch, const TensorView& x, const Ten
   kernels::matmul(ctx_, sel, head, out);
 }
 
-void LlamaModel::gather_logits(const TensorView& local, std::vector<float>& full) {
+void LlamaModel::gather_logits(const TensorView& device_local, std::vector<float>& full) {
+  TensorView local = device_local;
+  if (local.device != kernels::Device::kCpu) {  // a GPU model's logits: read on the host
+    const std::int64_t n = local.rows() * local.cols();
+    if (host_stage_.numel() < n) host_stage_ = kernels::Tensor::empty(kernels::DType::kF32, {n});
+    local = TensorView::matrix(host_stage_.view().data, kernels::DType::kF32, local.rows(), local.cols());
+    kernels::copy(ctx_, device_local, local);
+  }
   const std::int64_t R = local.rows(), V = cfg_.vocab_size, chunk = tp_layout_.vocab_chunk;
   const int t = tp_.size();
   full.resize(static_cast<std::size_t>(R * V));

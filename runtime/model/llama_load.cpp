@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <optional>
 
 #include "llama_internal.hpp"
 #include "trellis/core/error.hpp"
@@ -23,7 +24,7 @@ std::string stored_name_of(const std::string& torch_dtype) {
 struct Loader {
   const CheckpointReader& reader;
   const ModelConfig& cfg;
-  const kernels::Context& ctx;
+  kernels::ThreadPool& pool;  // host threads for reading (a GPU context's pool has one)
   bool native = false;  // WeightsFormat::kNative
 
   // Checks `name` exists with shape `full`, then reads `slice` of it into dst: converted to
@@ -37,7 +38,7 @@ struct Loader {
     auto* base = static_cast<std::byte*>(dst);
     // Rows are independent: split them over the threads (mmap page faults and dtype
     // conversion both scale).
-    ctx.pool().parallel_for(
+    pool.parallel_for(
         slice.rows(),
         [&](std::int64_t b, std::int64_t e) {
           Slice part{slice.row_begin + b, slice.row_begin + e, slice.col_begin, slice.col_end};
@@ -105,7 +106,15 @@ std::byte* row_ptr(const Tensor& t, std::int64_t row) {
 kernels::DType to_kernel_dtype(ElemType t) { return t == ElemType::kF32 ? kernels::DType::kF32 : kernels::DType::kBF16; }
 
 void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
-  const Loader ld{reader, cfg_, ctx_, opt.weights_format == WeightsFormat::kNative};
+  const bool gpu = device() != kernels::Device::kCpu;
+  if (gpu && opt.weights_format == WeightsFormat::kNative)
+    throw_error(ErrorCode::kUnsupported,
+                "model.weights_format=native keeps Q4_1/Q8_0 blocks, which the CUDA backend cannot multiply; use "
+                "model.weights_format=dequant on a GPU (the weights are dequantised to bf16 at load) or --device cpu");
+  // A GPU context's pool has one thread; reading and converting a shard scales with cores.
+  std::optional<kernels::ThreadPool> host_pool;
+  if (gpu) host_pool.emplace(0);
+  const Loader ld{reader, cfg_, gpu ? *host_pool : ctx_.pool(), opt.weights_format == WeightsFormat::kNative};
   const auto& L = tp_layout_;
   const std::int64_t H = cfg_.hidden_size, hd = cfg_.head_dim, qc = L.q_cols(cfg_.head_dim),
                      kvc = L.kv_cols(cfg_.head_dim), q_full = std::int64_t{cfg_.num_heads} * hd,
@@ -155,6 +164,8 @@ void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
     qt = ld.keep_as({{dn, ds}});
     y.w_down = Tensor::empty(is_quantized(qt) ? qt : wdt, {H, L.inter});
     ld.read(dn, {H, I}, ds, wtype_, y.w_down.view().data, qt);
+    // Host staging -> GPU one layer at a time, so host memory holds at most one layer.
+    for (Tensor* t : {&y.in_norm, &y.post_norm, &y.wqkv, &y.bqkv, &y.wo, &y.w_gate_up, &y.w_down}) to_device(*t);
   }
   const std::int64_t V = cfg_.vocab_size, vl = L.vocab_local();
   const Slice vocab_rows{L.vocab_begin, L.vocab_end, 0, H};
@@ -162,6 +173,7 @@ void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
     const kernels::DType qt = ld.keep_as({{"model.embed_tokens.weight", vocab_rows}});
     embed_ = Tensor::empty(is_quantized(qt) ? qt : wdt, {vl, H});
     ld.read("model.embed_tokens.weight", {V, H}, vocab_rows, wtype_, embed_.view().data, qt);
+    to_device(embed_);
   }
   if (has_lm_head()) {
     final_norm_ = ld.vector_f32("model.norm.weight", H);
@@ -170,7 +182,9 @@ void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
       const kernels::DType qt = ld.keep_as({{name, vocab_rows}});
       lm_head_ = Tensor::empty(is_quantized(qt) ? qt : wdt, {vl, H});
       ld.read(name, {V, H}, vocab_rows, wtype_, lm_head_.view().data, qt);
+      to_device(lm_head_);
     }
+    to_device(final_norm_);
   }
 }
 

@@ -143,8 +143,8 @@ TensorView VariantRunner::buf(int which, std::int64_t rows) {
   if (which == kAccum) return m_.reduce_buffer(1, rows);
   const std::int64_t h = m_.config().hidden_size;
   kernels::Tensor& t = bufs_[static_cast<std::size_t>(which)];
-  if (t.numel() < rows * h) t = kernels::Tensor::empty(kernels::DType::kF32, {rows * h});
-  return TensorView::matrix(t.view().data, kernels::DType::kF32, rows, h);
+  if (t.numel() < rows * h) t = kernels::Tensor::empty(kernels::DType::kF32, {rows * h}, m_.device());
+  return TensorView::matrix(t.view().data, kernels::DType::kF32, rows, h, -1, m_.device());
 }
 
 void VariantRunner::reduce(const TensorView& t) {
@@ -266,6 +266,9 @@ void VariantRunner::desync_span(const Batch& batch, const TensorView& x, int fir
   const auto& ctx = m_.context();
   TensorView local = buf(kLocal, x.rows()), accum = buf(kAccum, x.rows()), out = buf(kA, x.rows());
   int in_group = 0;
+  // A GPU has no memset op: the group's first partial is copied into accum instead of added
+  // to zeros (the same sum).
+  const bool gpu = m_.device() != kernels::Device::kCpu;
   auto sync = [&] {
     reduce(accum);
     kernels::add(ctx, x, accum, x);
@@ -273,7 +276,10 @@ void VariantRunner::desync_span(const Batch& batch, const TensorView& x, int fir
   };
   for (int l = first; l < last; ++l) {
     for (int module = 0; module < 2; ++module) {
-      if (in_group == 0) {
+      const bool first_in_group = in_group == 0;
+      if (first_in_group && gpu) {
+        kernels::copy(ctx, x, local);
+      } else if (first_in_group) {
         copy_rows(x, local);
         std::memset(accum.data, 0, static_cast<std::size_t>(accum.numel()) * sizeof(float));
       }
@@ -283,7 +289,10 @@ void VariantRunner::desync_span(const Batch& batch, const TensorView& x, int fir
         m_.mlp_partial(l, local, out);
       }
       kernels::add(ctx, local, out, local);
-      kernels::add(ctx, accum, out, accum);
+      if (first_in_group && gpu)
+        kernels::copy(ctx, out, accum);
+      else
+        kernels::add(ctx, accum, out, accum);
       if (++in_group == group) sync();
     }
   }

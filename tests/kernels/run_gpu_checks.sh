@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
-# The GPU checks of the CUDA kernel backend, for a machine with an NVIDIA GPU (sm_80/sm_90):
-# configure with the cuda preset (or reuse BUILD), build what the checks need, print what
-# `trellis info` sees, then run the gpu-labelled tests. Exit status: ctest's.
-#   tests/kernels/run_gpu_checks.sh [BUILD_DIR]     (default build/cuda)
+# The GPU checks, on a machine with an NVIDIA GPU (sm_90 by default): a front for scripts/gpu-check.
+# With no bundle yet (a GPU machine that has the Debian deps and CUDA), `scripts/gpu-check pack`
+# builds the cuda preset into build/gpu-check and writes BUNDLE; then `scripts/gpu-check run`
+# prints the card and `trellis info`, runs every gpu-labelled test (today cuda_kernels_test,
+# model_gpu_test, runtime_gpu_run; discovered from CTest at pack time) and a few CPU ones, the
+# kernel and decode benchmarks, and one summary line. On the device tool's machine (no Debian
+# deps, no network) pack here and carry the bundle instead: docs/benchmarks.md, "GPU".
+#   tests/kernels/run_gpu_checks.sh [BUNDLE_DIR] [-- RUN_ARGS...]   (default .gpu-bundle)
+# Exit status: scripts/gpu-check run's (0 all passed, 1 a failure, 2 usage).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-build="${1:-$root/build/cuda}"
-jobs="$(nproc)"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
-if [[ ! -f "$build/CMakeCache.txt" ]]; then
-  cmake -S "$root" -B "$build" --preset cuda -DTRELLIS_BUILD_BENCHMARKS=OFF
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
+bundle="$root/.gpu-bundle"
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  --) ;;
+  -*) echo "run_gpu_checks.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+  "") ;;
+  *) bundle="$1"; shift ;;
+esac
+[[ "${1:-}" == "--" ]] && shift
+if [[ ! -f "$bundle/MANIFEST.json" ]]; then
+  "$root/scripts/gpu-check" pack --out "$bundle" --jobs "${TRELLIS_JOBS:-$(nproc)}"
 fi
-cmake --build "$build" -j "$jobs" --target trellis cuda_kernels_test cuda_wiring_test kernels_test
-"$build/launchers/trellis" info | sed -n '/^libraries/,/^$/p'
-cd "$build"
-ctest -L gpu --output-on-failure --timeout 300
-ctest -R 'cuda_wiring_test|kernels_test' --output-on-failure --timeout 300
+exec "$root/scripts/gpu-check" run --bundle "$bundle" "$@"

@@ -13,6 +13,11 @@ namespace trellis::runtime {
 
 // Wraps `model` (which must outlive the result). forward() embeds on stage 0, then runs each
 // of the rank's layers as the standard block, recording one "block" span per layer.
+// A model on a GPU (model.device() == kCuda) keeps the hidden state on the device for the
+// whole stage: forward() copies the engine's host x in (stage > 0) and back out (all but the
+// last stage) with synchronous copies; on the last stage x stays on the device and logits()
+// reads the hidden state its last forward() left there (its x argument is not read), copying
+// the logits to the host `out` before it returns.
 std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model);
 // The same with a communication-reducing variant's residual wiring (variants.hpp) over
 // this stage's layers; `deadline` bounds each wait on an asynchronous all-reduce. `opts`:

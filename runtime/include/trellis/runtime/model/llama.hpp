@@ -22,6 +22,16 @@
 // different lengths. The caller tracks each slot's length (start_pos); the model only
 // checks it against the cache capacity.
 //
+// Device: the model lives where its Context runs (ctx.device()). On a CUDA context the
+// weights are read from the checkpoint into host staging and copied to the GPU (block-
+// quantised weights dequantised to weight_dtype: WeightsFormat::kNative is refused there,
+// the CUDA matmul multiplies no Q4_1/Q8_0 blocks), and the KV cache, the scratch and the
+// reduce buffers are GPU memory: every TensorView the steps take or return is then a device
+// view, except Batch's host arrays (tokens, positions), which the kernels stage. The TP
+// all-reduce of a device buffer goes through host staging (shm groups cannot read GPU
+// memory: correct, but a device-to-host and a host-to-device copy per reduction), and
+// all_reduce_async is then synchronous. gather_logits accepts device logits.
+//
 // Threading: one thread at a time (it owns scratch buffers and the KV cache, and uses the
 // Context and Group given at construction, which must outlive it). Every member of the TP
 // group must make the same calls in the same order (the all-reduces are collectives).
@@ -112,6 +122,9 @@ class LlamaModel {
   // kInvalidArgument / kNotFound / kCorruptInput naming the file and tensor when a tensor
   // is missing or its shape or dtype disagrees with `cfg`, and kInvalidArgument when the
   // model cannot be split across tp.size() ranks. `ctx` and `tp` must outlive the model.
+  // On a CUDA context: kUnsupported for WeightsFormat::kNative, and kResourceExhausted when
+  // the GPU is too small, naming the bytes this rank's shard and KV cache need, the GPU's
+  // memory and free bytes, and the layout changes that would fit.
   LlamaModel(const CheckpointReader& reader, const ModelConfig& cfg, transport::Group& tp,
              const kernels::Context& ctx, const LoadOptions& opt = {});
   ~LlamaModel();
@@ -132,6 +145,14 @@ class LlamaModel {
   std::size_t decode_bytes_per_token() const;
   transport::Group& group() { return tp_; }
   const kernels::Context& context() const { return ctx_; }
+  // Where weights, KV cache and activations live (the context's device).
+  kernels::Device device() const { return ctx_.device(); }
+  // Bytes this rank's shard of weights and its KV cache take for `cfg` split by `layout`
+  // (what a GPU must hold; the estimate the out-of-memory message names).
+  static std::size_t estimate_weight_bytes(const ModelConfig& cfg, const TpLayout& layout, int first_layer,
+                                           int last_layer, ElemType weight_dtype);
+  static std::size_t estimate_kv_bytes(const ModelConfig& cfg, const TpLayout& layout, int layers, int slots,
+                                       std::int64_t capacity, kernels::DType kv_dtype);
 
   // ---- steps (every one is collective over the TP group where it says all-reduce) ----
 
@@ -176,6 +197,12 @@ class LlamaModel {
   struct Layer;
   struct Scratch;
   void load(const CheckpointReader& reader, const LoadOptions& opt);
+  // Device models: moves a host-staged tensor to the GPU (no-op on the CPU).
+  void to_device(kernels::Tensor& t) const;
+  // Allocates weights and KV cache; on a GPU turns out-of-memory into the layout advice.
+  void load_and_allocate(const CheckpointReader& reader, const LoadOptions& opt, std::int64_t capacity);
+  // The TP all-reduce of a device buffer, through host staging.
+  void all_reduce_staged(const kernels::TensorView& partial);
   // Throws (request scope) when a sequence's slot or positions do not fit the KV cache.
   void check_batch(const Batch& batch) const;
   const Layer& layer_ref(int layer) const;
@@ -194,6 +221,7 @@ class LlamaModel {
   kernels::RopeTable rope_;
   kernels::KvCache kv_;
   std::vector<kernels::Tensor> scratch_;
+  kernels::Tensor host_stage_;  // device models: host copy of a partial sum or of logits
   std::vector<std::int32_t> positions_;
   std::span<std::byte> window_;        // registered with tp_ (LoadOptions::window_bytes)
   std::size_t window_buffer_bytes_ = 0;  // each of the two reduce buffers in it
