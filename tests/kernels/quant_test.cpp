@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/kernel_test_util.hpp"
@@ -45,6 +46,25 @@ TEST(Quant, Q8_1MatchesItsDefinition) {
     EXPECT_EQ(y[static_cast<std::size_t>(b)].s, f32_to_f16(d * static_cast<float>(sum))) << "block " << b;
   }
   EXPECT_EQ(f16_to_f32(y[2].d), 0.0f);
+}
+
+// The vectorised activation quantisation (where compiled) is the scalar specification bit for
+// bit: llama.cpp agreement depends on every rounding of it.
+TEST(Quant, ActivationQuantisationIsTheReferenceBitForBit) {
+  std::vector<float> x = activations(32 * 40, 13);
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero block
+  // amax 127 makes 127 / amax = 1: the halves are exact ties, rounded to even.
+  for (std::size_t i = 96; i < 128; ++i) x[i] = static_cast<float>(static_cast<int>(i) - 112) + 0.5f;
+  x[96] = 127.0f;
+  x[200] = -x[200] * 1000.0f;  // one outlier sets a block's scale
+  std::vector<BlockQ8_1> a(40), b(40);
+  std::vector<BlockQ8_0> c(40), d(40);
+  quantize_row_q8_1(x.data(), a.data(), 32 * 40);
+  ref::quantize_row_q8_1(x.data(), b.data(), 32 * 40);
+  quantize_row_q8_0(x.data(), c.data(), 32 * 40);
+  ref::quantize_row_q8_0(x.data(), d.data(), 32 * 40);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(BlockQ8_1)), 0);
+  EXPECT_EQ(std::memcmp(c.data(), d.data(), c.size() * sizeof(BlockQ8_0)), 0);
 }
 
 TEST(Quant, Q4_1RoundTripsWithinHalfAStep) {
@@ -152,6 +172,52 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantMatmul,
                          ::testing::Values(QuantCase{DType::kQ4_1, 1, 37, 64}, QuantCase{DType::kQ4_1, 5, 96, 576},
                                            QuantCase{DType::kQ4_1, 17, 33, 1536}, QuantCase{DType::kQ8_0, 1, 50, 576},
                                            QuantCase{DType::kQ8_0, 16, 19, 96}));
+
+// At M = 1 the matmul takes several weight rows per pass (4 on AVX-512 VNNI, with the block
+// scales of 16 blocks converted at once): every output must still be the single-row dot of its
+// weight row, up to f32 order. Awkward sizes: N not a multiple of 4 (1-3 rows left over), one
+// block, odd block counts, groups of 16 blocks with 1 or 2 left over, a row stride larger than
+// the row (a column slice), and beta = 1.
+TEST(Quant, OneActivationRowMatchesTheSingleRowDots) {
+  Context ctx(2);
+  for (DType type : {DType::kQ4_1, DType::kQ8_0}) {
+    for (std::int64_t nb : {1, 2, 3, 4, 5, 9, 15, 16, 17, 18, 33, 48}) {
+      for (std::int64_t n : {1, 2, 3, 5, 6, 7, 13, 64}) {
+        const std::int64_t k = nb * 32, kw = k + 64;  // weights 2 blocks wider: sliced off below
+        std::vector<float> wf = random_floats(static_cast<std::size_t>(n * kw), 11, 0.1f);
+        const std::vector<float> xf = activations(static_cast<std::size_t>(k), 12);
+        Tensor w = Tensor::empty(type, {n, kw});
+        for (std::int64_t r = 0; r < n; ++r) {
+          if (type == DType::kQ4_1)
+            quantize_row_q4_1(wf.data() + r * kw, static_cast<BlockQ4_1*>(w.view().row_ptr(r)), kw);
+          else
+            quantize_row_q8_0(wf.data() + r * kw, static_cast<BlockQ8_0*>(w.view().row_ptr(r)), kw);
+        }
+        const TensorView ws = w.view().slice_cols(32, k);  // starts one block in, stride kw
+        Tensor x = test::f32_tensor(xf, 1, k), y = Tensor::empty(DType::kF32, {1, n});
+        for (std::int64_t j = 0; j < n; ++j) y.ptr<float>()[j] = 0.5f;
+        matmul(ctx, x, ws, y, {.beta = 1.0f});
+        std::vector<BlockQ8_1> x81(static_cast<std::size_t>(nb));
+        std::vector<BlockQ8_0> x80(static_cast<std::size_t>(nb));
+        quantize_row_q8_1(xf.data(), x81.data(), k);
+        quantize_row_q8_0(xf.data(), x80.data(), k);
+        for (std::int64_t j = 0; j < n; ++j) {
+          double mag = 0;
+          for (std::int64_t p = 0; p < k; ++p)
+            mag += std::fabs(wf[static_cast<std::size_t>(j * kw + 32 + p)] * xf[static_cast<std::size_t>(p)]);
+          const void* row = ws.row_ptr(j);
+          const float want = type == DType::kQ4_1 ? ref::vec_dot_q4_1_q8_1(static_cast<const BlockQ4_1*>(row), x81.data(), nb)
+                                                  : ref::vec_dot_q8_0_q8_0(static_cast<const BlockQ8_0*>(row), x80.data(), nb);
+          const float fast = type == DType::kQ4_1 ? vec_dot_q4_1_q8_1(static_cast<const BlockQ4_1*>(row), x81.data(), nb)
+                                                  : vec_dot_q8_0_q8_0(static_cast<const BlockQ8_0*>(row), x80.data(), nb);
+          const float got = y.ptr<float>()[j] - 0.5f;
+          ASSERT_NEAR(got, want, 1e-5 * (mag + 1)) << to_string(type) << " nb " << nb << " n " << n << " row " << j;
+          ASSERT_NEAR(got, fast, 1e-5 * (mag + 1)) << to_string(type) << " nb " << nb << " n " << n << " row " << j;
+        }
+      }
+    }
+  }
+}
 
 TEST(Quant, BetaAccumulatesAndViewsSliceWholeBlocks) {
   const std::int64_t n = 8, k = 128;
