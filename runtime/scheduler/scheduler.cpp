@@ -120,6 +120,10 @@ int Scheduler::first_chunk(const Request& r) const {
   return cfg_.prefill_chunk > 0 ? std::min(prompt, cfg_.prefill_chunk) : prompt;
 }
 
+bool Scheduler::prompt_finished(const Running& run) const {
+  return run.prompt_done >= static_cast<std::int32_t>(requests_[static_cast<std::size_t>(run.id)].prompt.size());
+}
+
 int Scheduler::next_tokens(const Running& run) const {
   const auto prompt = static_cast<int>(requests_[static_cast<std::size_t>(run.id)].prompt.size());
   if (run.prompt_done >= prompt) return 1;
@@ -163,15 +167,30 @@ std::optional<ScheduleOutput> Scheduler::schedule(int gi, double now) {
     while (!g.running.empty()) finish(g, g.running.size() - 1, RequestStatus::kFailed, cancel_reason_, now);
     return std::nullopt;
   }
+  // The iteration's token limit: decode steps first (one token each), then the running
+  // prompts' next chunks in admission order (a chunk shrinks to what is left, and a prompt
+  // with nothing left waits for the next iteration), then new admissions.
   int tokens_left = cfg_.max_iteration_tokens;
-  for (const auto& run : g.running) tokens_left -= next_tokens(run);
+  for (const auto& run : g.running) tokens_left -= prompt_finished(run) ? 1 : 0;
+  std::vector<int> take(g.running.size());
+  for (std::size_t i = 0; i < g.running.size(); ++i) {
+    if (prompt_finished(g.running[i])) {
+      take[i] = 1;
+      continue;
+    }
+    take[i] = std::max(0, std::min(next_tokens(g.running[i]), tokens_left));
+    tokens_left -= take[i];
+  }
   while (admit_into(g, now, tokens_left)) {
   }
+  for (std::size_t i = take.size(); i < g.running.size(); ++i) take.push_back(next_tokens(g.running[i]));
   if (g.running.empty()) return std::nullopt;
   ScheduleOutput s;
   s.iteration = next_iteration_++;
   s.group = gi;
-  for (auto& run : g.running) {
+  for (std::size_t i = 0; i < g.running.size(); ++i) {
+    auto& run = g.running[i];
+    if (take[i] == 0) continue;  // a prompt chunk that did not fit this iteration
     const auto& r = requests_[static_cast<std::size_t>(run.id)];
     ScheduledSeq q;
     q.id = run.id;
@@ -183,7 +202,7 @@ std::optional<ScheduleOutput> Scheduler::schedule(int gi, double now) {
       q.first = run.prompt_done == 0;
       q.prompt = true;
       if (q.first) q.params = r.sampling;
-      q.n_tokens = next_tokens(run);
+      q.n_tokens = take[i];
       const auto begin = r.prompt.begin() + run.prompt_done;
       s.tokens.insert(s.tokens.end(), begin, begin + q.n_tokens);
       run.prompt_done += q.n_tokens;

@@ -463,3 +463,27 @@ TEST(Scheduler, PrefillChunkIsCheckedAndLongPromptsNeedIt) {
   cfg.prefill_chunk = 8;
   EXPECT_FALSE(admission_error(cfg, make_request(0, 10, 2)));
 }
+
+TEST(Scheduler, ConcurrentChunksShareTheIterationLimit) {
+  // Four prompts mid-prefill at once with room for fewer than all their chunks: the chunks
+  // shrink or wait so that no iteration carries more than its 8 tokens, and every answer
+  // still comes out at the right positions.
+  SchedulerConfig cfg{1, 4, 4000, 128, 8};
+  cfg.prefill_chunk = 5;
+  std::vector<Request> reqs;
+  for (int i = 0; i < 4; ++i) reqs.push_back(make_request(i, 12 + i, 3));
+  Scheduler s(cfg, reqs);
+  int max_tokens = 0, waited = 0;
+  drive(s, 1, 10000, [&](const ScheduleOutput& f, double) {
+    max_tokens = std::max(max_tokens, f.n_tokens());
+    waited += 4 - static_cast<int>(f.seqs.size());
+  });
+  ASSERT_TRUE(s.done());
+  EXPECT_LE(max_tokens, 8);
+  EXPECT_GT(waited, 0);  // some prompt had to wait for an iteration with room
+  for (int i = 0; i < 4; ++i) {
+    const auto& r = s.results()[static_cast<std::size_t>(i)];
+    EXPECT_EQ(r.status, RequestStatus::kFinished) << i;
+    EXPECT_EQ(r.output, (std::vector<std::int32_t>{1000 + 12 + i, 1000 + 13 + i, 1000 + 14 + i})) << i;
+  }
+}

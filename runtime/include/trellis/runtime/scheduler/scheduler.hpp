@@ -116,6 +116,7 @@ class Scheduler {
   bool admit_into(Group& g, double now, int& tokens_left);
   // Input tokens of `run`'s next iteration: its next prompt chunk, or 1 (a decode step).
   int next_tokens(const Running& run) const;
+  bool prompt_finished(const Running& run) const;  // its whole prompt has been scheduled
   int first_chunk(const Request& r) const;
   void finish(Group& g, std::size_t index, RequestStatus status, std::string reason, double now);
   std::int64_t reservation(const Request& r) const;
