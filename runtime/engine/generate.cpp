@@ -79,22 +79,45 @@ class OutWriter {
   void write(const Request& q, const RequestResult& r) {
     if (!f_) return;
     f_ << line(q, r) << "\n" << std::flush;
-    if (f_) written_.fetch_add(1);
-    else spdlog::error("--out {}: writing failed; the remaining answers are not written", path_);
+    if (f_) {
+      written_.fetch_add(1);
+      whole_bytes_ = f_.tellp();
+    } else {
+      spdlog::error("--out {}: writing failed; the remaining answers are not written", path_);
+    }
   }
   // After a complete run: the same lines, in request order, replacing the file at once.
+  // Not after a failed write (a full disk): the file keeps what was written, and a rewrite
+  // could only fail too. A rewrite that fails leaves the file as it was and no .tmp behind:
+  // the run completed, so it is reported, not thrown (the fault suite found a full disk
+  // turning a finished run into a failed one).
   void rewrite_in_order(const std::vector<Request>& reqs, const std::vector<RequestResult>& res) {
+    const bool stream_failed = !f_;
     f_.close();
     if (!std::filesystem::is_regular_file(path_)) return;  // a pipe, /dev/stdout: as written
+    if (stream_failed) {
+      // The failed write may have left part of a line: cut the file back to its whole lines.
+      std::error_code ec;
+      if (whole_bytes_ >= 0) std::filesystem::resize_file(path_, static_cast<std::uintmax_t>(whole_bytes_), ec);
+      spdlog::error("--out {}: holds the {} answers written before writing failed, in the order they finished",
+                    path_, written_.load());
+      return;
+    }
     const std::string tmp = path_ + ".tmp";
+    bool ok = false;
     {
       std::ofstream f(tmp);
       for (const auto& r : res) f << line(reqs[static_cast<std::size_t>(r.id)], r) << "\n";
-      if (!f.flush()) throw_error(ErrorCode::kIo, "--out {}: cannot be written", tmp);
+      ok = static_cast<bool>(f.flush());
     }
-    if (std::rename(tmp.c_str(), path_.c_str()) != 0)
-      throw_error(ErrorCode::kIo, "--out {}: cannot replace it with {}: {}", path_, tmp, std::strerror(errno));
-    written_ = res.size();
+    if (ok && std::rename(tmp.c_str(), path_.c_str()) == 0) {
+      written_ = res.size();
+      return;
+    }
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    spdlog::error("--out {}: could not be rewritten in request order ({}): it keeps its {} answers in the order "
+                  "they finished", path_, ok ? std::strerror(errno) : "writing " + tmp + " failed", written_.load());
   }
   std::size_t written() const { return written_.load(); }
 
@@ -111,6 +134,7 @@ class OutWriter {
   TextOptions text_;
   std::ofstream f_;
   std::atomic<std::size_t> written_{0};
+  std::streamoff whole_bytes_ = 0;  // end of the last whole line written (scheduler thread only)
 };
 
 struct PackedShares {

@@ -5,6 +5,7 @@
 #     report of trellis's own names the dead rank, for ranks 1, 2 and 3;
 #  1a. --enable-recovery is refused with the reason unless comm.allow_mpi_recovery is set;
 #  1c. --out keeps the answers that finished before a rank died (written as they end);
+#  1e. a full disk under --out keeps whole lines and fails nothing (root only);
 #  1d. a SIGSTOPped rank (hung, alive) is the one the first report names, for ranks 1-3;
 #  2. SIGINT to mpirun (Ctrl-C): every rank stops cleanly (summary printed, "stopped
 #     cleanly", nobody killed), well before the run would have ended.
@@ -136,6 +137,24 @@ for line in open(sys.argv[1]):
     assert j["status"] == "ok" and len(j["tokens"]) == 8, line
 PY
 echo "ok: rank 3 killed after $n answers -> all $n are in --out, and rank 0 said so"
+
+# 1e. A full disk under --out (root: a 32 KiB tmpfs): the run still completes with its
+# summary and exit 0, the file keeps only whole lines (the answers written before it filled,
+# as many as rank 0 says), and no FILE.tmp is left behind (the fault suite found the final
+# in-order rewrite failing the finished run and leaving both).
+if [ "$(id -u)" = 0 ]; then
+  mkdir -p "$W/full" && mount -t tmpfs -o size=32k tmpfs "$W/full" || fail "cannot mount a tmpfs"
+  "$T" run --preset tiny --workload n=400,in=8,out=8 --out "$W/full/out.jsonl" > "$W/log" 2>&1; rc=$?
+  said=$(grep -o "holds the [0-9]* answers written before writing failed" "$W/log" | grep -o "[0-9]*")
+  n=$(/usr/bin/python3 -c 'import json,sys; print(sum(1 for l in open(sys.argv[1]) if json.loads(l)))' "$W/full/out.jsonl" 2>/dev/null)
+  left=$(ls "$W/full")
+  umount "$W/full"
+  [ "$rc" = 0 ] || fail "a full --out disk failed the run (exit $rc)"
+  grep -q "requests: 400 finished" "$W/log" || fail "no summary after the disk filled"
+  [ -n "$said" ] && [ "$said" = "$n" ] || fail "--out holds '$n' whole lines, rank 0 says '$said' (or a partial line)"
+  [ "$left" = out.jsonl ] || fail "left behind on the full disk: $left"
+  echo "ok: --out on a full disk -> run completed (exit 0), $n whole answers kept, nothing else left"
+fi
 
 # 2. Ctrl-C.
 "${MPI[@]}" -np 4 "$T" "${LONG[@]}" > "$W/log" 2>&1 &
