@@ -73,6 +73,10 @@ check "sbatch script is not a step"    0 "not a job step" -- \
   "${NOMPI[@]}" SLURM_NTASKS=4 SLURM_JOB_NUM_NODES=2 SLURM_JOB_NODELIST="n[1-2]" "$T" info
 check "--json says its version"       0 '"trellis_version": "0.'   -- "$T" run --preset tiny --prompt hi --max-tokens 1 --json
 check "topo --json says its version"   0 '"trellis_version"'     -- "$T" topo --synthetic hosts=1,gpus=2 --json
+check "--prefill-chunk negative"       2 "run.prefill_chunk must be in 0.." -- "$T" run --preset tiny --prompt hi --prefill-chunk -1
+check "--prefill-chunk not a number"   2 "'abc' is not an integer" -- "$T" run --preset tiny --prompt hi --prefill-chunk abc
+check "--prefill-chunk over the limit" 1 "more than an iteration holds" -- "$T" run --preset tiny --prompt hi --prefill-chunk 5000
+check "--prefill-chunk runs"           0 "prefill chunk 4"       -- "$T" run --preset tiny --workload n=2,in=10,out=3 --prefill-chunk 4
 # verify-model: the first run writes the manifest, the second matches it, a flipped byte in
 # the middle of the file (weights) is named, a missing manifest named with --manifest is 2.
 VM=$(mktemp -d)

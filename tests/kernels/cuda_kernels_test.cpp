@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "../harness/gpu_main.hpp"
 #include "kernel_test_util.hpp"
 #include "trellis/core/error.hpp"
 
@@ -343,16 +344,4 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
 }  // namespace trellis::kernels
 
 // Exit 77 (CTest: skipped) with the reason when there is nothing to run on.
-int main(int argc, char** argv) {
-  const trellis::kernels::CudaKernelsInfo info = trellis::kernels::cuda_kernels_info();
-  if (!info.built || info.gpus.empty()) {
-    std::printf("no CUDA device: %s\n", info.built ? info.why.c_str()
-                                                    : ("the CUDA backend is not built (" + info.why + ")").c_str());
-    return 77;
-  }
-  std::printf("GPU 0: %s (sm_%d%d), CUDA runtime %s, cuBLASLt %s, built for %s\n", info.gpus[0].name.c_str(),
-              info.gpus[0].major, info.gpus[0].minor, info.runtime.c_str(), info.cublaslt.c_str(),
-              info.architectures.c_str());
-  testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return trellis::test::gpu_test_main(argc, argv); }

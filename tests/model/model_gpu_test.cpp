@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "../harness/gpu_main.hpp"
 #include "model/model_test_util.hpp"
 #include "trellis/kernels/library.hpp"
 #include "trellis/runtime/model/variants.hpp"
@@ -156,14 +157,5 @@ TEST(ModelGpu, OutOfMemoryNamesNeedAndLayout) {
 }  // namespace
 }  // namespace trellis::runtime
 
-int main(int argc, char** argv) {
-  const trellis::kernels::CudaKernelsInfo info = trellis::kernels::cuda_kernels_info();
-  if (!info.built || info.gpus.empty()) {
-    std::printf("no CUDA device: %s\n", info.built ? info.why.c_str()
-                                                    : ("the CUDA backend is not built (" + info.why + ")").c_str());
-    return 77;
-  }
-  std::printf("GPU 0: %s\n", info.gpus[0].name.c_str());
-  testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+// Exit 77 (CTest: skipped) with the reason when there is nothing to run on.
+int main(int argc, char** argv) { return trellis::test::gpu_test_main(argc, argv); }
