@@ -2,8 +2,12 @@
 //
 // Decode is memory-bound on the cache: one work item is (sequence, KV head), which reads that
 // head's keys and values once for all the query heads of its group. Prefill is one work item
-// per (query head, query token); a head's keys stay in L2 across its queries.
+// per (query head, query token); a head's keys stay in L2 across its queries. Tree attention
+// (SWIFT verification) is prefill with each query's chunk keys restricted to its path.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "cpu/cpu_ops.hpp"
@@ -143,6 +147,73 @@ void attention_decode(ThreadPool& pool, const AttentionDims& dims, const TensorV
       }
     });
   });
+}
+
+void attention_tree(ThreadPool& pool, const AttentionDims& dims, const TensorView& q, const KvView& kv,
+                    std::int64_t prefix, std::int64_t chunk_start, std::span<const std::int32_t> parents,
+                    const TensorView& out) {
+  const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
+  const std::int64_t t_count = q.rows(), h_count = dims.n_heads;
+  const float scale = resolved_scale(dims);
+  dispatch_dtype(kv.k.dtype, "attention_tree", [&]<typename E>() {
+    pool.parallel_for(h_count * t_count, [&](std::int64_t lo, std::int64_t hi) {
+      std::vector<float> scores(static_cast<std::size_t>(prefix + t_count));
+      std::vector<std::int64_t> path;  // cache positions of t's path, root first
+      path.reserve(static_cast<std::size_t>(t_count));
+      for (std::int64_t item = lo; item < hi; ++item) {
+        std::int64_t h = item / t_count, t = item % t_count, g = h / group;
+        path.clear();
+        for (std::int64_t a = t; a >= 0; a = parents[static_cast<std::size_t>(a)]) path.push_back(chunk_start + a);
+        // Ancestors have smaller indices: reversed, the positions ascend, the order in which
+        // attention_prefill visits them (a chain gives its bits).
+        std::reverse(path.begin(), path.end());
+        const float* qh = static_cast<const float*>(q.row_ptr(t)) + h * d;
+        float* oh = static_cast<float*>(out.row_ptr(t)) + h * d;
+        const typename E::T* kb = head_base<E>(kv.k, g);
+        const typename E::T* vb = head_base<E>(kv.v, g);
+        const auto np = static_cast<std::int64_t>(path.size()), n = prefix + np;
+        for (std::int64_t j = 0; j < prefix; ++j)
+          scores[static_cast<std::size_t>(j)] = scale * dot<E>(qh, kb + j * kv.k.stride[1], d);
+        for (std::int64_t i = 0; i < np; ++i)
+          scores[static_cast<std::size_t>(prefix + i)] =
+              scale * dot<E>(qh, kb + path[static_cast<std::size_t>(i)] * kv.k.stride[1], d);
+        softmax(scores.data(), n);
+        std::fill(oh, oh + d, 0.0f);
+        for (std::int64_t j = 0; j < prefix; ++j)
+          axpy<E>(scores[static_cast<std::size_t>(j)], vb + j * kv.v.stride[1], oh, d);
+        for (std::int64_t i = 0; i < np; ++i)
+          axpy<E>(scores[static_cast<std::size_t>(prefix + i)], vb + path[static_cast<std::size_t>(i)] * kv.v.stride[1],
+                  oh, d);
+        if ((item & 15) == 15) poll_progress();
+      }
+    }, 4);
+  });
+}
+
+void kv_copy(const KvView& kv, std::int64_t src, std::int64_t dst, std::int64_t count) {
+  // A handful of positions (an accepted path): plain memmoves, no threads.
+  const std::size_t es = dtype_size(kv.k.dtype);
+  const std::int64_t hkv = kv.k.shape[0], d = kv.k.shape[2];
+  const std::size_t row_bytes = static_cast<std::size_t>(d) * es;
+  for (const TensorView* t : {&kv.k, &kv.v}) {
+    auto* base = static_cast<std::byte*>(t->data);
+    const std::int64_t ps = t->stride[1];
+    for (std::int64_t g = 0; g < hkv; ++g) {
+      std::byte* head = base + static_cast<std::size_t>(g * t->stride[0]) * es;
+      if (ps == d) {  // positions packed: one run per head
+        std::memmove(head + static_cast<std::size_t>(dst * ps) * es, head + static_cast<std::size_t>(src * ps) * es,
+                     static_cast<std::size_t>(count) * row_bytes);
+        continue;
+      }
+      // Padded positions: row by row, in the order that reads every source row before it is
+      // overwritten (front to back when moving down, back to front when moving up).
+      for (std::int64_t i = 0; i < count; ++i) {
+        std::int64_t r = dst < src ? i : count - 1 - i;
+        std::memmove(head + static_cast<std::size_t>((dst + r) * ps) * es,
+                     head + static_cast<std::size_t>((src + r) * ps) * es, row_bytes);
+      }
+    }
+  }
 }
 
 }  // namespace trellis::kernels::cpu

@@ -58,5 +58,9 @@ void attention_prefill(ThreadPool& pool, const AttentionDims& dims, const Tensor
                        std::int64_t start_pos, const TensorView& out);
 void attention_decode(ThreadPool& pool, const AttentionDims& dims, const TensorView& q,
                       std::span<const KvView> kv, std::span<const std::int64_t> lengths, const TensorView& out);
+void attention_tree(ThreadPool& pool, const AttentionDims& dims, const TensorView& q, const KvView& kv,
+                    std::int64_t prefix, std::int64_t chunk_start, std::span<const std::int32_t> parents,
+                    const TensorView& out);
+void kv_copy(const KvView& kv, std::int64_t src, std::int64_t dst, std::int64_t count);
 
 }  // namespace trellis::kernels::cpu

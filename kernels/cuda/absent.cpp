@@ -51,5 +51,10 @@ void attention_decode(const Context&, const AttentionDims&, const TensorView&, s
                       std::span<const std::int64_t>, const TensorView&) {
   absent("attention_decode");
 }
+void attention_tree(const Context&, const AttentionDims&, const TensorView&, const KvView&, std::int64_t, std::int64_t,
+                    std::span<const std::int32_t>, const TensorView&) {
+  absent("attention_tree");
+}
+void kv_copy(const Context&, const KvView&, std::int64_t, std::int64_t, std::int64_t) { absent("kv_copy"); }
 
 }  // namespace trellis::kernels::cuda

@@ -1,8 +1,10 @@
 // Host side of attention and the KV write on CUDA: describe each query row's cache (KvRef),
 // stage the descriptors in the context's scratch, pick the split-K factor and launch
-// (attention.cu). Semantics and layout: attention.hpp.
+// (attention.cu). Also kv_copy (plain device-to-device copies) and the attention_tree
+// refusal (no CUDA kernel yet). Semantics and layout: attention.hpp.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
 #include "cuda/cuda_ops.hpp"
@@ -70,6 +72,48 @@ void attention_decode(const Context& ctx, const AttentionDims& dims, const Tenso
   std::vector<KvRef> refs(kv.size());
   for (std::size_t b = 0; b < kv.size(); ++b) refs[b] = ref_of(kv[b], lengths[b]);
   run(ctx.cuda_state(), dims, q, refs, kv[0].k.dtype, out);
+}
+
+void attention_tree(const Context&, const AttentionDims&, const TensorView&, const KvView&, std::int64_t, std::int64_t,
+                    std::span<const std::int32_t>, const TensorView&) {
+  throw_error(ErrorCode::kUnsupported,
+              "attention_tree: token-tree attention has no CUDA kernel yet; SWIFT runs on CPU ranks");
+}
+
+void kv_copy(const Context& ctx, const KvView& kv, std::int64_t src, std::int64_t dst, std::int64_t count) {
+  CudaState& s = ctx.cuda_state();
+  const std::size_t es = dtype_size(kv.k.dtype);
+  const std::int64_t hkv = kv.k.shape[0], d = kv.k.shape[2];
+  const std::size_t width = static_cast<std::size_t>(d) * es, rows = static_cast<std::size_t>(count);
+  // cudaMemcpy*Async leave overlapping ranges undefined: those go through the context's
+  // scratch (packed [2 * hkv][count][head_dim]), the rest copy directly.
+  const bool overlap = (src < dst ? dst - src : src - dst) < count;
+  std::byte* stage = overlap ? static_cast<std::byte*>(scratch(s, 2 * static_cast<std::size_t>(hkv) * rows * width))
+                             : nullptr;
+  auto copy_rows = [&](void* to, std::size_t to_pitch, const void* from, std::size_t from_pitch) {
+    if (to_pitch == width && from_pitch == width)
+      TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpyAsync(to, from, rows * width, cudaMemcpyDeviceToDevice, s.stream));
+    else
+      TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpy2DAsync(to, to_pitch, from, from_pitch, width, rows,
+                                                  cudaMemcpyDeviceToDevice, s.stream));
+  };
+  int plane = 0;
+  for (const TensorView* t : {&kv.k, &kv.v}) {
+    auto* base = static_cast<std::byte*>(t->data);
+    const std::size_t pitch = static_cast<std::size_t>(t->stride[1]) * es;
+    for (std::int64_t g = 0; g < hkv; ++g, ++plane) {
+      std::byte* head = base + static_cast<std::size_t>(g * t->stride[0]) * es;
+      std::byte* from = head + static_cast<std::size_t>(src) * pitch;
+      std::byte* to = head + static_cast<std::size_t>(dst) * pitch;
+      if (!overlap) {
+        copy_rows(to, pitch, from, pitch);
+        continue;
+      }
+      std::byte* tmp = stage + static_cast<std::size_t>(plane) * rows * width;
+      copy_rows(tmp, width, from, pitch);
+      copy_rows(to, pitch, tmp, width);
+    }
+  }
 }
 
 }  // namespace trellis::kernels::cuda

@@ -51,5 +51,11 @@ void attention_prefill(const Context& ctx, const AttentionDims& dims, const Tens
                        std::int64_t start_pos, const TensorView& out);
 void attention_decode(const Context& ctx, const AttentionDims& dims, const TensorView& q, std::span<const KvView> kv,
                       std::span<const std::int64_t> lengths, const TensorView& out);
+// No CUDA kernel yet: throws kUnsupported (SWIFT runs on CPU ranks).
+void attention_tree(const Context& ctx, const AttentionDims& dims, const TensorView& q, const KvView& kv,
+                    std::int64_t prefix, std::int64_t chunk_start, std::span<const std::int32_t> parents,
+                    const TensorView& out);
+// Device-to-device copies on the context's stream; overlapping ranges go through scratch.
+void kv_copy(const Context& ctx, const KvView& kv, std::int64_t src, std::int64_t dst, std::int64_t count);
 
 }  // namespace trellis::kernels::cuda

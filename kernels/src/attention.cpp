@@ -103,6 +103,49 @@ void attention_decode(const Context& ctx, const AttentionDims& dims, const Tenso
   cpu::attention_decode(ctx.pool(), dims, qm, kv, lengths, om);
 }
 
+void attention_tree(const Context& ctx, const AttentionDims& dims, const TensorView& q, const KvView& kv,
+                    std::int64_t prefix, std::int64_t chunk_start, std::span<const std::int32_t> parents,
+                    const TensorView& out) {
+  const char* op = "attention_tree";
+  check_dims(op, dims);
+  check_kv(ctx, op, kv, &dims, dims.n_kv_heads, dims.head_dim);
+  std::int64_t width = static_cast<std::int64_t>(dims.n_heads) * dims.head_dim;
+  TensorView qm = f32_rows(ctx, op, q, width, "queries");
+  TensorView om = f32_rows(ctx, op, out, width, "output");
+  const std::int64_t t_count = qm.rows();
+  if (om.rows() != t_count)
+    throw_error(ErrorCode::kInvalidArgument, "{}: {} queries but output {} has {} rows", op, t_count, om.describe(),
+                om.rows());
+  if (static_cast<std::int64_t>(parents.size()) != t_count)
+    throw_error(ErrorCode::kInvalidArgument, "{}: {} queries but {} parents", op, t_count, parents.size());
+  if (prefix < 0 || prefix > chunk_start)
+    throw_error(ErrorCode::kInvalidArgument, "{}: prefix {} must be in [0, chunk_start {}]", op, prefix, chunk_start);
+  if (chunk_start + t_count > kv.capacity())
+    throw_error(ErrorCode::kInvalidArgument, "{}: chunk positions [{}, {}) exceed the KV cache capacity {}", op,
+                chunk_start, chunk_start + t_count, kv.capacity());
+  for (std::int64_t t = 0; t < t_count; ++t) {
+    const std::int32_t p = parents[static_cast<std::size_t>(t)];
+    if (p < -1 || p >= t)
+      throw_error(ErrorCode::kInvalidArgument, "{}: parents[{}] is {}; a parent must be -1 or an earlier token (< {})",
+                  op, t, p, t);
+  }
+  if (t_count == 0) return;
+  if (ctx.device() == Device::kCuda) return cuda::attention_tree(ctx, dims, qm, kv, prefix, chunk_start, parents, om);
+  cpu::attention_tree(ctx.pool(), dims, qm, kv, prefix, chunk_start, parents, om);
+}
+
+void kv_copy(const Context& ctx, const KvView& kv, std::int64_t src, std::int64_t dst, std::int64_t count) {
+  const char* op = "kv_copy";
+  check_kv(ctx, op, kv, nullptr, static_cast<int>(kv.k.shape[0]), static_cast<int>(kv.k.shape[2]));
+  if (count < 0 || src < 0 || dst < 0 || src + count > kv.capacity() || dst + count > kv.capacity())
+    throw_error(ErrorCode::kInvalidArgument,
+                "{}: copying {} positions from {} to {} leaves the KV cache of capacity {} (ranges [{}, {}) -> [{}, {}))",
+                op, count, src, dst, kv.capacity(), src, src + count, dst, dst + count);
+  if (count == 0 || src == dst) return;
+  if (ctx.device() == Device::kCuda) return cuda::kv_copy(ctx, kv, src, dst, count);
+  cpu::kv_copy(kv, src, dst, count);
+}
+
 KvCache::KvCache(int n_layers, int n_slots, int n_kv_heads, std::int64_t capacity, int head_dim, DType dtype,
                  Device device)
     : n_layers_(n_layers), n_slots_(n_slots), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity) {

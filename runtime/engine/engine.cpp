@@ -81,7 +81,9 @@ class Engine {
   void cpu_executor();
   void forward_executor();
   void last_stage_output(const StageInput& in, const float* x, std::int64_t it);
-  void send_tokens(std::int64_t iteration, const std::vector<std::int32_t>& tokens);
+  // The tokens `st` sampled for `iteration` (and its SWIFT candidates), to the scheduler.
+  int max_logit_rows() const { return std::max(opt_.scheduler.max_seqs_per_group, opt_.max_logit_rows); }
+  void send_tokens(std::int64_t iteration, const SamplerStage& st, const std::vector<std::int32_t>& tokens);
   void sampler_thread();
   void scheduler_thread();
   void relay_thread();
@@ -203,10 +205,12 @@ void Engine::post_ahead() {
   }
 }
 
-void Engine::send_tokens(std::int64_t iteration, const std::vector<std::int32_t>& tokens) {
+void Engine::send_tokens(std::int64_t iteration, const SamplerStage& st, const std::vector<std::int32_t>& tokens) {
   TokensMsg m;
   m.iteration = iteration;
   m.tokens = tokens;
+  m.cand_tokens = st.candidate_tokens();
+  m.cand_probs = st.candidate_probs();
   if (opt_.serving) {  // the last stage's shares, for the server's /metrics
     const double wall = std::max(1e-9, now_seconds() - engine_start_s_);
     auto sh = rank_shares(trace_, wall);
@@ -231,7 +235,7 @@ void Engine::send_tokens(std::int64_t iteration, const std::vector<std::int32_t>
 }
 
 void Engine::last_stage_output(const StageInput& in, const float* x, std::int64_t it) {
-  const int B = in.n_sampled(), V = stage_.vocab_end() - stage_.vocab_begin();
+  const int B = in.logit_rows(), V = stage_.vocab_end() - stage_.vocab_begin();
   auto& cols = lcols_[it & 1];
   if (logits_req_[it & 1])
     wait_request(*logits_req_[it & 1], deadline(), failed_, fmt::format("rank {}: logits send", rank_));
@@ -242,7 +246,7 @@ void Engine::last_stage_output(const StageInput& in, const float* x, std::int64_
     cols.clear();
     if (rank_ != sampler_rank_) return;
     if (opt_.cpu_sampler) local_logits_q_.push(cols);
-    else send_tokens(in.iteration, inline_sampler_->run(in, cols.data()));
+    else send_tokens(in.iteration, *inline_sampler_, inline_sampler_->run(in, cols.data()));
     return;
   }
   {
@@ -257,7 +261,7 @@ void Engine::last_stage_output(const StageInput& in, const float* x, std::int64_
       local_logits_q_.push(cols);  // a copy: the sampler owns it while this buffer is refilled
     } else {
       const auto& toks = inline_sampler_->run(in, cols.data());
-      send_tokens(in.iteration, toks);
+      send_tokens(in.iteration, *inline_sampler_, toks);
     }
     return;
   }
@@ -339,7 +343,7 @@ void Engine::sampler_thread() {
   std::vector<transport::Link*> shard_links(static_cast<std::size_t>(grid_.tp), nullptr);
   for (int j = 0; j < grid_.tp; ++j)
     if (j != k_) shard_links[static_cast<std::size_t>(j)] = &links_.link(grid_.rank_at(grid_.pp - 1, j));
-  SamplerStage st(rank_, grid_, shard_links.data(), stage_.vocab_size(), opt_.scheduler.max_seqs_per_group,
+  SamplerStage st(rank_, grid_, shard_links.data(), stage_.vocab_size(), opt_.scheduler.max_seqs_per_group, max_logit_rows(),
                   opt_.sampler_threads, opt_, failed_, trace_, Lane::kSampler);
   StageInput in;
   for (;;) {
@@ -359,7 +363,8 @@ void Engine::sampler_thread() {
                                   fmt::format("sampler on rank {}: logits of iteration {} from its own LM head", rank_,
                                               in.iteration));
     }
-    send_tokens(in.iteration, st.run(in, local.data()));
+    const auto& toks = st.run(in, local.data());
+    send_tokens(in.iteration, st, toks);
   }
 }
 
@@ -403,7 +408,7 @@ std::vector<StageShare> Engine::live_shares(const TokensMsg* got) {
 void Engine::scheduler_thread() {
   std::vector<transport::RequestPtr> pending;
   std::vector<std::vector<std::byte>> bufs;
-  std::vector<std::byte> tok_buf(max_tokens_msg(opt_.scheduler.max_seqs_per_group));
+  std::vector<std::byte> tok_buf(max_tokens_msg(opt_.scheduler.max_seqs_per_group, max_logit_rows()));
   SchedulerIO io;
   io.publish = [&](const ScheduleOutput& s) { publish(s, pending, bufs); };
   io.note = [&](std::string n) {
@@ -421,6 +426,9 @@ void Engine::scheduler_thread() {
     return unpack_tokens(std::span(tok_buf).first(req->bytes()), sampler_rank_);
   };
   io.shares = [&](const TokensMsg* got) { return live_shares(got); };
+  io.swift_span = [&](const char* name, std::int64_t start_ns, std::int64_t iteration) {
+    trace_.record(Lane::kScheduler, TraceCat::kSchedule, name, start_ns, now_ns(), iteration);
+  };
   if (opt_.live && grid_.pp > 2) {
     std::vector<std::pair<int, transport::Link*>> mids;
     for (int m = 1; m < grid_.pp - 1; ++m) mids.emplace_back(m, &links_.link(grid_.rank_at(m, 0)));
@@ -436,6 +444,7 @@ void Engine::scheduler_thread() {
   if (stats_in_) stats_in_->drain(upstream_deadline(), failed_);
   result_.results = std::move(run.results);
   result_.iterations = run.iterations;
+  result_.swift = std::move(run.swift);
   result_.interrupted = run.interrupted;
   result_.start_s = run.start_s;
   result_.wall_s = run.wall_s;
@@ -531,7 +540,7 @@ EngineResult Engine::run() {
     for (int j = 0; j < grid_.tp; ++j)
       if (j != k_) shard_links[static_cast<std::size_t>(j)] = &links_.link(grid_.rank_at(grid_.pp - 1, j));
     inline_sampler_ = std::make_unique<SamplerStage>(rank_, grid_, shard_links.data(), stage_.vocab_size(),
-                                                     opt_.scheduler.max_seqs_per_group, 0, opt_, failed_, trace_,
+                                                     opt_.scheduler.max_seqs_per_group, max_logit_rows(), 0, opt_, failed_, trace_,
                                                      Lane::kForward);
   }
   if (opt_.tsem) threads.push_back(spawn("cpu executor", [this] { cpu_executor(); }));

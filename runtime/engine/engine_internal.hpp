@@ -94,15 +94,24 @@ class Queue {
 // The sampler's message to the scheduler: one iteration's tokens and, for live metrics, the
 // sampler rank's time shares so far (wire: i64 iteration, i32 n, i32 has_shares, n x i32
 // tokens, [3 x f64 busy/comm/wait fractions]).
+// SWIFT: candidates per logits row of a `candidates` sequence (the paper's largest top-k band).
+inline constexpr int kSwiftTopK = 10;
+
 struct TokensMsg {
   std::int64_t iteration = -1;
   std::vector<std::int32_t> tokens;
+  // SWIFT: kSwiftTopK (token, probability) pairs per logits row of the iteration's candidates
+  // sequences, in row order, most probable first (softmax at temperature 1).
+  std::vector<std::int32_t> cand_tokens;
+  std::vector<float> cand_probs;
   bool has_shares = false;
   double busy = 0, comm = 0, wait = 0;
 };
 void pack_tokens(const TokensMsg& m, std::vector<std::byte>& out);
 TokensMsg unpack_tokens(std::span<const std::byte> in, int sampler_rank);
-inline std::size_t max_tokens_msg(int max_seqs) { return 16 + 4 * static_cast<std::size_t>(max_seqs) + 24; }
+inline std::size_t max_tokens_msg(int max_seqs, int max_candidate_rows) {
+  return 20 + 4 * static_cast<std::size_t>(max_seqs) + 8 * static_cast<std::size_t>(kSwiftTopK) * max_candidate_rows + 24;
+}
 
 // What the scheduler loops need from the engine (scheduler_loop.cpp).
 struct SchedulerIO {
@@ -111,9 +120,12 @@ struct SchedulerIO {
   std::function<void(std::string)> note;                     // wait/reject notes
   // Per-stage shares for LiveQueue::update, with the sampler's latest message (or nullptr).
   std::function<std::vector<StageShare>(const TokensMsg*)> shares;
+  // A SWIFT iteration completed: its span on the scheduler lane ("swift draft" ...).
+  std::function<void(const char* name, std::int64_t start_ns, std::int64_t iteration)> swift_span;
 };
 struct SchedulerRun {
   std::vector<RequestResult> results;
+  std::optional<SwiftReport> swift;
   std::uint64_t iterations = 0;
   bool interrupted = false;
   double start_s = 0, wall_s = 0;
@@ -181,17 +193,26 @@ void wait_request(transport::Request& r, Deadline deadline, const FailureFlag& f
 // or this process's when the engine runs every rank in one process (tests).
 std::string ring_name(const EngineOptions& opt, int leader, int host);
 
+// Top `k` (token, softmax probability) of each column of zt (vocab x batch, column-wise),
+// most probable first, appended to tokens/probs (k per column; -1/0 pads a tiny vocabulary).
+void top_candidates(const float* zt, int vocab, int batch, int k, std::vector<std::int32_t>& tokens,
+                    std::vector<float>& probs);
+
 // The sampling side of the last stage: p penalty states, the sampler pool, the column-wise
 // logits buffer whose row blocks receive the TP shards. Used by the sampler thread
 // (--cpu-sampler) or inline by the forward executor.
 class SamplerStage {
  public:
+  // max_cols: sequences per group (sampler columns); max_rows: logits rows per iteration.
   SamplerStage(int rank, const EngineGrid& grid, transport::Link* const* shard_links, int vocab, int max_cols,
-               int threads, const EngineOptions& opt, const FailureFlag& failed, Tracer& trace, Lane lane);
+               int max_rows, int threads, const EngineOptions& opt, const FailureFlag& failed, Tracer& trace, Lane lane);
   // Samples iteration `in`; `local` is this rank's shard, column-wise [vocab_local x
   // n_sampled]. Returns one token per sampled sequence (none for a prefill chunk before the
   // last), in order.
   const std::vector<std::int32_t>& run(const StageInput& in, const float* local);
+  // After run(): the candidates of its `candidates` rows (TokensMsg), empty when it had none.
+  const std::vector<std::int32_t>& candidate_tokens() const { return cand_tokens_; }
+  const std::vector<float>& candidate_probs() const { return cand_probs_; }
 
  private:
   int rank_;
@@ -206,6 +227,8 @@ class SamplerStage {
   Sampler sampler_;
   LogitsColumns zt_;
   std::vector<std::int32_t> columns_, out_;  // state columns of the sampled sequences; tokens
+  std::vector<std::int32_t> cand_tokens_;
+  std::vector<float> cand_probs_;
 };
 
 }  // namespace trellis::runtime::detail

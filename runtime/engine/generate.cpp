@@ -205,6 +205,8 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   s.startup = startup;
   summarize_requests(s, requests, result.results, result.start_s);
   s.notes = result.notes;
+  s.swift = result.swift;
+  if (eo.scheduler.swift.enabled) s.techniques += " · swift";
   std::vector<RankLabel> labels;
   for (int r = 0; r < world.size(); ++r) {
     PackedShares p;

@@ -21,6 +21,7 @@
 #include "trellis/runtime/engine/llama_stage.hpp"
 #include "trellis/runtime/engine/warmup.hpp"
 #include "trellis/runtime/model/synthetic.hpp"
+#include "trellis/runtime/swift/settings.hpp"
 #include "trellis/topology/discovery.hpp"
 #include "trellis/transport/collectives.hpp"
 #include "trellis/transport/selection.hpp"
@@ -102,6 +103,48 @@ std::string make_job_token(transport::Bootstrap& world, Deadline deadline) {
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
+// SWIFT's settings and whether this job can draft at all. run.swift on a job that cannot is
+// refused with the reason before anything loads; otherwise a job that can draft still lets
+// prompts ask for it with their "swift" field.
+SwiftConfig swift_config(const Config& config, const ModelConfig& cfg, const VariantSpec& variant, bool use_gpu) {
+  SwiftConfig c;
+  c.enabled = config.get_bool("run.swift");
+  auto& s = c.settings;
+  s.gamma = static_cast<int>(config.get_int("swift.gamma"));
+  s.bayes_interval = static_cast<int>(config.get_int("swift.bayes_interval"));
+  s.max_steps = static_cast<int>(config.get_int("swift.max_steps"));
+  s.patience = static_cast<int>(config.get_int("swift.patience"));
+  s.target_matchness = config.get_double("swift.target_matchness");
+  s.skip_ratio = config.get_double("swift.skip_ratio");
+  s.epsilon = config.get_double("swift.epsilon");
+  s.max_draft = static_cast<int>(config.get_int("swift.max_draft"));
+  s.reenter_acceptance = config.get_double("swift.reenter_acceptance");
+  s.acceptance_window = static_cast<int>(config.get_int("swift.acceptance_window"));
+  s.min_speedup = config.get_double("swift.min_speedup");
+  s.speedup_window = static_cast<int>(config.get_int("swift.speedup_window"));
+  s.seed = static_cast<std::uint64_t>(config.get_int("swift.seed"));
+  c.max_tree = static_cast<int>(config.get_int("swift.max_tree"));
+  c.calibration_steps = static_cast<int>(config.get_int("swift.calibration_steps"));
+  c.num_layers = cfg.num_layers;
+  swift::validate(s);  // names the setting out of range (skip_ratio must be inside (0, 1), ...)
+  std::string why;
+  if (variant.kind != Variant::kStandard)
+    why = fmt::format("the {} variant rewires the residual stream; SWIFT drafts the standard model",
+                      to_string(variant.kind));
+  else if (use_gpu)
+    why = "the GPU backend has no token-tree attention kernel yet; run SWIFT with --device cpu";
+  else {
+    try {
+      swift::check_model_skippable(cfg.num_layers, s);
+    } catch (const Error& e) {
+      why = e.what();
+    }
+  }
+  c.allowed = why.empty();
+  if (c.enabled && !c.allowed) throw_error(ErrorCode::kUnsupported, "--swift: {}", why);
+  return c;
+}
+
 }  // namespace
 
 PreparedJob::~PreparedJob() = default;
@@ -143,6 +186,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   // Checked before anything is loaded: a variant the model or layout cannot host fails here.
   const VariantSpec variant = j->variant = parse_variant_spec(o.variant, o.variant_layers, cfg.num_layers);
   validate_variant(variant, cfg, o.tp);
+  const SwiftConfig swift = swift_config(config, cfg, variant, use_gpu);
   // Topology -> placement -> grid.
   // A status line on rank 0's terminal through the phases that take seconds (quiet otherwise).
   Progress progress("start-up", 4, world.rank() == 0 && o.progress);
@@ -221,6 +265,10 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
     throw_error(ErrorCode::kInvalidArgument,
                 "run.prefill_chunk (--prefill-chunk) of {} tokens is more than an iteration holds "
                 "(run.max_iteration_tokens {})", sc.prefill_chunk, sc.max_iteration_tokens);
+  sc.swift = swift;
+  // A SWIFT iteration has a logits row per tree node or scored token of each sequence.
+  if (swift.allowed)
+    eo.max_logit_rows = sc.max_seqs_per_group * std::max(swift.settings.gamma, swift.max_tree);
   auto layers = pl.layers_per_stage();
   LoadOptions lo;
   lo.first_layer = 0;

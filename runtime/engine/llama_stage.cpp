@@ -27,6 +27,10 @@ class LlamaStage final : public StageCompute {
 
   void forward(const StageInput& in, float* x, Tracer& trace) override {
     fill_batch(in);
+    if (!moves_.empty()) {
+      Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "kv moves", in.iteration);
+      m_.move_kv(moves_);
+    }
     const auto H = m_.config().hidden_size;
     const auto host = kernels::TensorView::matrix(x, kernels::DType::kF32, in.n_tokens(), H);
     auto xv = host;
@@ -64,8 +68,9 @@ class LlamaStage final : public StageCompute {
     fill_batch(in);
     const auto H = m_.config().hidden_size;
     const auto V = m_.layout().vocab_local();
-    auto ov = kernels::TensorView::matrix(out, kernels::DType::kF32, in.n_sampled(), V);
-    if (in.n_sampled() == 0) return;
+    const int rows = in.logit_rows();
+    auto ov = kernels::TensorView::matrix(out, kernels::DType::kF32, rows, V);
+    if (rows == 0) return;
     if (!on_device()) {
       auto xv = kernels::TensorView::matrix(x, kernels::DType::kF32, in.n_tokens(), H);
       m_.local_logits(batch_, xv, ov);
@@ -77,7 +82,7 @@ class LlamaStage final : public StageCompute {
     // Synchronous device -> host copy: the engine's sampler hand-off reads `out` at once.
     // Overlapping it with the next microbatch needs an asynchronous copy on a second stream
     // into pinned memory, which the kernels layer does not offer yet (docs/runtime.md, GPU).
-    const auto dv = device_buffer(dlogits_, in.n_sampled(), V);
+    const auto dv = device_buffer(dlogits_, rows, V);
     m_.local_logits(batch_, device_buffer(dx_, in.n_tokens(), H), dv);
     kernels::copy(m_.context(), dv, ov);
   }
@@ -89,9 +94,23 @@ class LlamaStage final : public StageCompute {
     if (filled_for_ == in.iteration && filled_for_ >= 0) return;
     batch_.tokens.assign(in.tokens.begin(), in.tokens.end());
     batch_.seqs.resize(in.slots.size());
-    for (std::size_t i = 0; i < in.slots.size(); ++i)
-      batch_.seqs[i] = SeqChunk{in.slots[i], in.starts[i], in.lengths[i], in.sampled[i] != 0};
+    for (std::size_t i = 0; i < in.slots.size(); ++i) {
+      SeqChunk& c = batch_.seqs[i];
+      c = SeqChunk{in.slots[i], in.starts[i], in.lengths[i], in.sampled[i] != 0};
+      if (i < in.candidates.size()) {
+        c.every_logit = in.candidates[i] != 0;
+        if (in.tree_offsets[i] >= 0) {
+          const auto* p = in.parents.data() + in.tree_offsets[i];
+          c.parents.assign(p, p + in.lengths[i]);
+          c.kv_pos = in.kv_pos[i];
+          c.prefix = in.prefix[i];
+        }
+      }
+    }
     batch_.all_logits = false;
+    batch_.skip.assign(in.skip.begin(), in.skip.end());
+    moves_.clear();
+    for (const auto& m : in.moves) moves_.push_back(KvMove{m.slot, m.src, m.dst, m.count});
     filled_for_ = in.iteration;
   }
 
@@ -107,6 +126,7 @@ class LlamaStage final : public StageCompute {
   std::int64_t dx_rows_ = -1;
   std::optional<VariantRunner> runner_;
   Batch batch_;
+  std::vector<KvMove> moves_;
   std::int64_t filled_for_ = -1;
 };
 

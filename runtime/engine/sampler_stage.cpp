@@ -1,6 +1,9 @@
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "engine_internal.hpp"
 #include "trellis/core/shm_names.hpp"
@@ -22,6 +25,13 @@ int StageInput::n_sampled() const {
   return n;
 }
 
+int StageInput::logit_rows() const {
+  int n = 0;
+  for (std::size_t i = 0; i < sampled.size(); ++i)
+    n += i < candidates.size() && candidates[i] != 0 ? lengths[i] : (sampled[i] != 0 ? 1 : 0);
+  return n;
+}
+
 }  // namespace trellis::runtime
 
 namespace trellis::runtime::detail {
@@ -39,10 +49,28 @@ void prepare_input(const ScheduleOutput& s, StageInput& in) {
   in.prompt.clear();
   in.sampled.clear();
   in.columns.clear();
+  in.candidates.clear();
+  in.tree_offsets.clear();
+  in.kv_pos.clear();
+  in.prefix.clear();
+  in.parents.clear();
+  in.skip.assign(s.skip.begin(), s.skip.end());
+  in.moves.assign(s.moves.begin(), s.moves.end());
   in.params.resize(s.seqs.size());
   for (std::size_t i = 0; i < s.seqs.size(); ++i) {
     const auto& q = s.seqs[i];
-    for (int j = 0; j < q.n_tokens; ++j) in.positions.push_back(q.pos + j);
+    in.candidates.push_back(q.candidates ? 1 : 0);
+    in.kv_pos.push_back(q.kv_pos);
+    in.prefix.push_back(q.prefix);
+    in.tree_offsets.push_back(q.parents.empty() ? -1 : static_cast<std::int32_t>(in.parents.size()));
+    if (q.parents.empty()) {
+      for (int j = 0; j < q.n_tokens; ++j) in.positions.push_back(q.pos + j);
+    } else {
+      const std::size_t base = in.positions.size();  // a parent precedes its child
+      for (auto p : q.parents)
+        in.positions.push_back(p < 0 ? q.pos : in.positions[base + static_cast<std::size_t>(p)] + 1);
+      in.parents.insert(in.parents.end(), q.parents.begin(), q.parents.end());
+    }
     in.slots.push_back(q.slot);
     in.starts.push_back(q.pos);
     in.lengths.push_back(q.n_tokens);
@@ -75,17 +103,54 @@ std::string ring_name(const EngineOptions& opt, int leader, int host) {
 }
 
 SamplerStage::SamplerStage(int rank, const EngineGrid& grid, transport::Link* const* shard_links, int vocab,
-                           int max_cols, int threads, const EngineOptions& opt, const FailureFlag& failed,
+                           int max_cols, int max_rows, int threads, const EngineOptions& opt, const FailureFlag& failed,
                            Tracer& trace, Lane lane)
     : rank_(rank), grid_(grid), shard_links_(shard_links, shard_links + grid.tp), vocab_(vocab), opt_(opt),
-      failed_(failed), trace_(trace), lane_(lane), sampler_(vocab, max_cols, threads), zt_(vocab, max_cols) {
+      failed_(failed), trace_(trace), lane_(lane), sampler_(vocab, max_cols, threads), zt_(vocab, max_rows) {
   for (int g = 0; g < grid.pp; ++g) states_.emplace_back(vocab, max_cols);
+}
+
+void top_candidates(const float* zt, int vocab, int batch, int k, std::vector<std::int32_t>& tokens,
+                    std::vector<float>& probs) {
+  std::vector<std::pair<float, std::int32_t>> best;
+  for (int b = 0; b < batch; ++b) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int v = 0; v < vocab; ++v) mx = std::max(mx, zt[static_cast<std::size_t>(v) * batch + b]);
+    double sum = 0;
+    best.clear();
+    // A min-heap of the k largest logits (ties: the lower id wins, as greedy sampling does).
+    const auto worse = [](const auto& a, const auto& c) { return a.first > c.first || (a.first == c.first && a.second < c.second); };
+    for (int v = 0; v < vocab; ++v) {
+      const float z = zt[static_cast<std::size_t>(v) * batch + b];
+      sum += std::exp(static_cast<double>(z - mx));
+      if (static_cast<int>(best.size()) < k) {
+        best.emplace_back(z, v);
+        std::push_heap(best.begin(), best.end(), worse);
+      } else if (z > best.front().first) {
+        std::pop_heap(best.begin(), best.end(), worse);
+        best.back() = {z, v};
+        std::push_heap(best.begin(), best.end(), worse);
+      }
+    }
+    std::sort_heap(best.begin(), best.end(), worse);  // most probable first
+    for (int i = 0; i < k; ++i) {
+      const bool have = i < static_cast<int>(best.size());
+      tokens.push_back(have ? best[static_cast<std::size_t>(i)].second : -1);
+      probs.push_back(have ? static_cast<float>(std::exp(static_cast<double>(best[static_cast<std::size_t>(i)].first - mx)) / sum)
+                           : 0.0f);
+    }
+  }
 }
 
 const std::vector<std::int32_t>& SamplerStage::run(const StageInput& in, const float* local) {
   // Logit rows come only for the sequences that are sampled (a prefill chunk before the last
-  // has none); an iteration of chunks alone has no logits to wait for.
-  const int B = in.n_sampled();
+  // has none) and every token of a SWIFT candidates sequence; an iteration of chunks alone has
+  // no logits to wait for.
+  const int B = in.logit_rows();
+  const int n_sampled = in.n_sampled();
+  if (n_sampled > 0 && n_sampled != B)
+    throw_error(ErrorCode::kInternal, "sampler on rank {}: iteration {} mixes sampled and SWIFT candidates sequences",
+                rank_, in.iteration);
   if (B > 0) zt_.set_batch(B);
   // Every TP shard lands in its own row block of Z^T: concatenation without an all-gather.
   std::vector<transport::RequestPtr> recvs(static_cast<std::size_t>(grid_.tp));
@@ -122,6 +187,14 @@ const std::vector<std::int32_t>& SamplerStage::run(const StageInput& in, const f
         throw_error(ErrorCode::kCorruptInput, "sampler on rank {}: logits shard from rank {} has {} bytes, expected {}",
                     rank_, grid_.rank_at(grid_.pp - 1, k), recvs[static_cast<std::size_t>(k)]->bytes(), want);
     }
+  }
+  cand_tokens_.clear();
+  cand_probs_.clear();
+  if (B > 0 && n_sampled == 0) {  // SWIFT rows: each row's top candidates, no draw
+    Tracer::Span span(trace_, lane_, TraceCat::kSample, "swift candidates", in.iteration);
+    out_.clear();
+    top_candidates(zt_.data(), vocab_, B, kSwiftTopK, cand_tokens_, cand_probs_);
+    return out_;
   }
   out_.resize(static_cast<std::size_t>(B));
   Tracer::Span span(trace_, lane_, TraceCat::kSample, "sample", in.iteration);

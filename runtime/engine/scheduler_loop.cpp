@@ -15,38 +15,60 @@
 
 namespace trellis::runtime::detail {
 
+// Layout: {i64 iteration, i32 n tokens, i32 has shares, i32 c candidate entries}, n x i32
+// tokens, c x i32 candidate tokens, c x f32 probabilities, [3 x f64 shares].
 void pack_tokens(const TokensMsg& m, std::vector<std::byte>& out) {
   const auto n = static_cast<std::int32_t>(m.tokens.size());
+  const auto c = static_cast<std::int32_t>(m.cand_tokens.size());
   const std::int32_t has = m.has_shares ? 1 : 0;
-  out.resize(16 + 4 * m.tokens.size() + (m.has_shares ? 24 : 0));
+  out.resize(20 + 4 * m.tokens.size() + 8 * m.cand_tokens.size() + (m.has_shares ? 24 : 0));
   std::byte* p = out.data();
   std::memcpy(p, &m.iteration, 8);
   std::memcpy(p + 8, &n, 4);
   std::memcpy(p + 12, &has, 4);
-  if (n > 0) std::memcpy(p + 16, m.tokens.data(), 4 * m.tokens.size());
+  std::memcpy(p + 16, &c, 4);
+  p += 20;
+  if (n > 0) std::memcpy(p, m.tokens.data(), 4 * m.tokens.size());
+  p += 4 * m.tokens.size();
+  if (c > 0) {
+    std::memcpy(p, m.cand_tokens.data(), 4 * m.cand_tokens.size());
+    std::memcpy(p + 4 * m.cand_tokens.size(), m.cand_probs.data(), 4 * m.cand_tokens.size());
+  }
+  p += 8 * m.cand_tokens.size();
   if (m.has_shares) {
     const double sh[3] = {m.busy, m.comm, m.wait};
-    std::memcpy(p + 16 + 4 * m.tokens.size(), sh, sizeof sh);
+    std::memcpy(p, sh, sizeof sh);
   }
 }
 
 TokensMsg unpack_tokens(std::span<const std::byte> in, int sampler_rank) {
   TokensMsg m;
-  std::int32_t n = -1, has = 0;
-  if (in.size() >= 16) {
+  std::int32_t n = -1, has = 0, c = -1;
+  if (in.size() >= 20) {
     std::memcpy(&m.iteration, in.data(), 8);
     std::memcpy(&n, in.data() + 8, 4);
     std::memcpy(&has, in.data() + 12, 4);
+    std::memcpy(&c, in.data() + 16, 4);
   }
-  const std::size_t want = 16 + 4 * static_cast<std::size_t>(std::max(n, 0)) + (has == 1 ? 24 : 0);
-  if (n < 0 || (has != 0 && has != 1) || in.size() != want)
+  const std::size_t want = 20 + 4 * static_cast<std::size_t>(std::max(n, 0)) +
+                           8 * static_cast<std::size_t>(std::max(c, 0)) + (has == 1 ? 24 : 0);
+  if (n < 0 || c < 0 || (has != 0 && has != 1) || in.size() != want)
     throw_error(ErrorCode::kCorruptInput, "scheduler: malformed tokens message of {} bytes from the sampler on rank {}",
                 in.size(), sampler_rank);
+  const std::byte* p = in.data() + 20;
   m.tokens.resize(static_cast<std::size_t>(n));
-  if (n > 0) std::memcpy(m.tokens.data(), in.data() + 16, 4 * static_cast<std::size_t>(n));
+  if (n > 0) std::memcpy(m.tokens.data(), p, 4 * static_cast<std::size_t>(n));
+  p += 4 * static_cast<std::size_t>(n);
+  m.cand_tokens.resize(static_cast<std::size_t>(c));
+  m.cand_probs.resize(static_cast<std::size_t>(c));
+  if (c > 0) {
+    std::memcpy(m.cand_tokens.data(), p, 4 * static_cast<std::size_t>(c));
+    std::memcpy(m.cand_probs.data(), p + 4 * static_cast<std::size_t>(c), 4 * static_cast<std::size_t>(c));
+  }
+  p += 8 * static_cast<std::size_t>(c);
   if (has == 1) {
     double sh[3];
-    std::memcpy(sh, in.data() + 16 + 4 * static_cast<std::size_t>(n), sizeof sh);
+    std::memcpy(sh, p, sizeof sh);
     m.has_shares = true;
     m.busy = sh[0];
     m.comm = sh[1];
@@ -70,6 +92,7 @@ class Dispatcher {
         io_.publish(*s);
         busy_[static_cast<std::size_t>(g)] = true;
         inflight_.push_back(std::move(*s));
+        published_ns_.push_back(now_ns());
       }
     }
     for (auto& n : sched_.take_notes()) io_.note(std::move(n));
@@ -78,12 +101,17 @@ class Dispatcher {
   ScheduleOutput complete_oldest(TokensMsg& got) {
     ScheduleOutput s = std::move(inflight_.front());
     inflight_.pop_front();
+    const std::int64_t published = published_ns_.front();
+    published_ns_.pop_front();
     got = io_.receive(s);
     if (got.iteration != static_cast<std::int64_t>(s.iteration))
       throw_error(ErrorCode::kCorruptInput, "scheduler: tokens for iteration {} arrived while {} was expected",
                   got.iteration, s.iteration);
-    sched_.complete(s, got.tokens, now_seconds());
+    sched_.complete(s, got.tokens, now_seconds(), got.cand_tokens, got.cand_probs);
     busy_[static_cast<std::size_t>(s.group)] = false;
+    if (io_.swift_span && !s.seqs.empty() && s.seqs.front().candidates)
+      io_.swift_span(s.skip.empty() ? "swift verify" : s.seqs.front().parents.empty() ? "swift draft" : "swift optimise",
+                     published, static_cast<std::int64_t>(s.iteration));
     return s;
   }
   bool idle() const { return inflight_.empty(); }
@@ -92,6 +120,7 @@ class Dispatcher {
  private:
   std::vector<bool> busy_;
   std::deque<ScheduleOutput> inflight_;
+  std::deque<std::int64_t> published_ns_;
   Scheduler& sched_;
   SchedulerIO& io_;
 };
@@ -153,6 +182,7 @@ SchedulerRun run_batch_scheduler(const EngineOptions& opt, const std::vector<Req
   if (!sched.done()) throw_error(ErrorCode::kInternal, "scheduler: nothing in flight but requests remain");
   finished.check_all();  // anything that ended outside an iteration
   out.results = sched.results();
+  out.swift = sched.swift_report();
   out.iterations = sched.iterations_scheduled();
   out.wall_s = now_seconds() - out.start_s;
   return out;
@@ -270,6 +300,7 @@ SchedulerRun run_live_scheduler(const EngineOptions& opt, LiveQueue& live, Sched
     live.update(sched.running_count(), sched.waiting_count(), sched.kv_used_tokens(), sched.iterations_scheduled(),
                 io.shares ? io.shares(&got) : std::vector<StageShare>{});
   }
+  out.swift = sched.swift_report();
   out.iterations = sched.iterations_scheduled();
   out.wall_s = now_seconds() - out.start_s;
   return out;

@@ -19,15 +19,32 @@ std::int64_t Batch::total_tokens() const {
 std::int64_t Batch::logit_rows() const {
   if (all_logits) return total_tokens();
   std::int64_t n = 0;
-  for (const auto& s : seqs) n += s.logits ? 1 : 0;
+  for (const auto& s : seqs) n += s.every_logit ? s.n_tokens : (s.logits ? 1 : 0);
   return n;
+}
+
+std::int64_t SeqChunk::position(std::int64_t i) const {
+  if (parents.empty()) return start_pos + i;
+  std::int64_t depth = 0;
+  // parents[j] < j (checked by check_batch), so the walk ends.
+  for (std::int64_t j = parents[static_cast<std::size_t>(i)]; j >= 0; j = parents[static_cast<std::size_t>(j)]) ++depth;
+  return start_pos + depth;
 }
 
 std::vector<std::int32_t> Batch::positions() const {
   std::vector<std::int32_t> p;
   p.reserve(static_cast<std::size_t>(total_tokens()));
-  for (const auto& s : seqs)
-    for (std::int64_t i = 0; i < s.n_tokens; ++i) p.push_back(static_cast<std::int32_t>(s.start_pos + i));
+  for (const auto& s : seqs) {
+    if (s.parents.empty()) {
+      for (std::int64_t i = 0; i < s.n_tokens; ++i) p.push_back(static_cast<std::int32_t>(s.start_pos + i));
+      continue;
+    }
+    const std::size_t base = p.size();  // a parent precedes its child: its position is known
+    for (std::int64_t i = 0; i < s.n_tokens; ++i) {
+      const auto par = s.parents[static_cast<std::size_t>(i)];
+      p.push_back(par < 0 ? static_cast<std::int32_t>(s.start_pos) : p[base + static_cast<std::size_t>(par)] + 1);
+    }
+  }
   return p;
 }
 
@@ -111,12 +128,38 @@ const LlamaModel::Layer& LlamaModel::layer_ref(int layer) const {
 }
 
 void LlamaModel::check_batch(const Batch& batch) const {
-  for (const auto& s : batch.seqs)
+  if (!batch.skip.empty() && batch.skip.size() != 2 * static_cast<std::size_t>(cfg_.num_layers))
+    throw_scoped(ErrorScope::kRequest, ErrorCode::kInvalidArgument, "skip set has {} entries; the model has {} sub-layers",
+                 batch.skip.size(), 2 * cfg_.num_layers);
+  for (const auto& s : batch.seqs) {
     if (s.slot < 0 || s.slot >= kv_.n_slots() || s.n_tokens < 1 || s.start_pos < 0 ||
         s.start_pos + s.n_tokens > kv_.capacity())
       throw_scoped(ErrorScope::kRequest, ErrorCode::kInvalidArgument,
                    "sequence in slot {} at positions [{}, {}) does not fit the KV cache ({} slots x {} positions)", s.slot,
                    s.start_pos, s.start_pos + s.n_tokens, kv_.n_slots(), kv_.capacity());
+    if (s.parents.empty()) continue;
+    bool ok = static_cast<std::int64_t>(s.parents.size()) == s.n_tokens && s.prefix >= 0 && s.prefix <= s.kv_pos &&
+              s.kv_pos + s.n_tokens <= kv_.capacity();
+    for (std::size_t i = 0; ok && i < s.parents.size(); ++i)
+      ok = s.parents[i] >= -1 && s.parents[i] < static_cast<std::int32_t>(i);
+    if (!ok)
+      throw_scoped(ErrorScope::kRequest, ErrorCode::kInvalidArgument,
+                   "token tree in slot {}: {} parents for {} tokens, prefix {}, K/V at [{}, {}) (parents must point "
+                   "back, prefix <= K/V start, capacity {})", s.slot, s.parents.size(), s.n_tokens, s.prefix, s.kv_pos,
+                   s.kv_pos + s.n_tokens, kv_.capacity());
+  }
+}
+
+void LlamaModel::move_kv(std::span<const KvMove> moves) {
+  for (const auto& m : moves) {
+    if (m.slot < 0 || m.slot >= kv_.n_slots() || m.count < 0 || m.src < 0 || m.dst < 0 ||
+        std::max(m.src, m.dst) + m.count > kv_.capacity())
+      throw_scoped(ErrorScope::kRequest, ErrorCode::kInvalidArgument,
+                   "KV move of {} positions {} -> {} in slot {} does not fit the KV cache ({} slots x {} positions)",
+                   m.count, m.src, m.dst, m.slot, kv_.n_slots(), kv_.capacity());
+    if (m.count == 0 || m.src == m.dst) continue;
+    for (int l = first_; l < last_; ++l) kernels::kv_copy(ctx_, kv_.view(l - first_, m.slot), m.src, m.dst, m.count);
+  }
 }
 
 void LlamaModel::attention_core(const Batch& batch, const TensorView& qkv, int layer, const TensorView& out) {
@@ -130,10 +173,10 @@ void LlamaModel::attention_core(const Batch& batch, const TensorView& qkv, int l
   std::vector<std::int64_t> lengths;
   for (const auto& s : batch.seqs) {
     kernels::KvView kv = kv_.view(local, s.slot);
-    kernels::kv_write(ctx_, kv, k.slice_rows(row, s.n_tokens), v.slice_rows(row, s.n_tokens), s.start_pos);
+    kernels::kv_write(ctx_, kv, k.slice_rows(row, s.n_tokens), v.slice_rows(row, s.n_tokens), s.kv_start());
     views.push_back(kv);
     lengths.push_back(s.start_pos + s.n_tokens);
-    all_decode = all_decode && s.n_tokens == 1;
+    all_decode = all_decode && s.n_tokens == 1 && s.parents.empty();
     row += s.n_tokens;
   }
   if (all_decode) {
@@ -143,8 +186,12 @@ void LlamaModel::attention_core(const Batch& batch, const TensorView& qkv, int l
   row = 0;
   for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
     const auto& s = batch.seqs[i];
-    kernels::attention_prefill(ctx_, dims, q.slice_rows(row, s.n_tokens), views[i], s.start_pos,
-                               out.slice_rows(row, s.n_tokens));
+    if (!s.parents.empty())
+      kernels::attention_tree(ctx_, dims, q.slice_rows(row, s.n_tokens), views[i], s.prefix, s.kv_pos, s.parents,
+                              out.slice_rows(row, s.n_tokens));
+    else
+      kernels::attention_prefill(ctx_, dims, q.slice_rows(row, s.n_tokens), views[i], s.start_pos,
+                                 out.slice_rows(row, s.n_tokens));
     row += s.n_tokens;
   }
 }
@@ -202,13 +249,24 @@ transport::RequestPtr LlamaModel::all_reduce_async(const TensorView& partial) {
 }
 
 void LlamaModel::standard_layer(int layer, const Batch& batch, const TensorView& x) {
+  if (!batch.skip.empty() && batch.skip.size() != 2 * static_cast<std::size_t>(cfg_.num_layers)) check_batch(batch);
   TensorView p = reduce_buffer(0, x.rows());
-  attention_partial(layer, batch, x, p);
-  all_reduce(p);
-  kernels::add(ctx_, x, p, x);
-  mlp_partial(layer, x, p);
-  all_reduce(p);
-  kernels::add(ctx_, x, p, x);
+  const auto skipped = [&](int which) {
+    if (batch.skip.empty() || batch.skip[static_cast<std::size_t>(2 * layer + which)] == 0) return false;
+    ++skipped_sublayers_;
+    if (tp_.size() > 1) ++skipped_reductions_;
+    return true;
+  };
+  if (!skipped(0)) {
+    attention_partial(layer, batch, x, p);
+    all_reduce(p);
+    kernels::add(ctx_, x, p, x);
+  }
+  if (!skipped(1)) {
+    mlp_partial(layer, x, p);
+    all_reduce(p);
+    kernels::add(ctx_, x, p, x);
+  }
 }
 
 void LlamaModel::run_stage(const Batch& batch, const TensorView& x) {
@@ -230,7 +288,12 @@ void LlamaModel::local_logits(const Batch& batch, const TensorView& x, const Ten
       std::int64_t row = 0, out_row = 0;
       for (const auto& s : batch.seqs) {
         row += s.n_tokens;
-        if (s.logits) kernels::copy(ctx_, x.slice_rows(row - 1, 1), sel.slice_rows(out_row++, 1));
+        if (s.every_logit) {
+          kernels::copy(ctx_, x.slice_rows(row - s.n_tokens, s.n_tokens), sel.slice_rows(out_row, s.n_tokens));
+          out_row += s.n_tokens;
+        } else if (s.logits) {
+          kernels::copy(ctx_, x.slice_rows(row - 1, 1), sel.slice_rows(out_row++, 1));
+        }
       }
     }
   } else if (batch.all_logits) {
@@ -239,8 +302,10 @@ void LlamaModel::local_logits(const Batch& batch, const TensorView& x, const Ten
     std::int64_t row = 0, out_row = 0;
     for (const auto& s : batch.seqs) {
       row += s.n_tokens;
-      if (s.logits)
-        std::memcpy(sel.row_ptr(out_row++), x.row_ptr(row - 1), static_cast<std::size_t>(H) * sizeof(float));
+      const std::int64_t first = s.every_logit ? row - s.n_tokens : row - 1;
+      if (!s.every_logit && !s.logits) continue;
+      for (std::int64_t r = first; r < row; ++r)
+        std::memcpy(sel.row_ptr(out_row++), x.row_ptr(r), static_cast<std::size_t>(H) * sizeof(float));
     }
   }
   kernels::rms_norm(ctx_, sel, final_norm_, static_cast<float>(cfg_.rms_norm_eps), sel);

@@ -32,6 +32,7 @@ Scheduler::Scheduler(SchedulerConfig config, std::vector<Request> requests)
     throw_error(ErrorCode::kInvalidArgument,
                 "prefill chunk of {} tokens must be 0 (whole prompts) or 1..{} (run.max_iteration_tokens)",
                 cfg_.prefill_chunk, cfg_.max_iteration_tokens);
+  if (cfg_.swift.allowed) swift_.emplace(cfg_.swift);
   groups_.resize(static_cast<std::size_t>(cfg_.groups));
   for (auto& g : groups_) g.column_used.assign(static_cast<std::size_t>(cfg_.max_seqs_per_group), false);
   const int slots = cfg_.groups * cfg_.max_seqs_per_group;
@@ -59,6 +60,8 @@ void Scheduler::enqueue(std::size_t i) {
   } else {
     waiting_.push_back(r.id);
     ++open_;
+    if (swift_)
+      if (auto why = swift_->refusal(r)) notes_.push_back(fmt::format("request {}: {}", r.name, *why));
   }
 }
 
@@ -112,7 +115,13 @@ int Scheduler::running_count() const {
 }
 
 std::int64_t Scheduler::reservation(const Request& r) const {
-  return std::min<std::int64_t>(static_cast<std::int64_t>(r.prompt.size()) + r.sampling.max_tokens, cfg_.max_context);
+  const auto base =
+      std::min<std::int64_t>(static_cast<std::int64_t>(r.prompt.size()) + r.sampling.max_tokens, cfg_.max_context);
+  // A drafting sequence also uses scratch positions past its length (never more than the
+  // budget: one that does not fit drafts only while its scratch stays inside the context).
+  if (swift_ && swift_->wants(r))
+    return std::min<std::int64_t>(base + swift_->scratch_positions(), std::max(base, cfg_.kv_budget_tokens));
+  return base;
 }
 
 int Scheduler::first_chunk(const Request& r) const {
@@ -167,15 +176,19 @@ std::optional<ScheduleOutput> Scheduler::schedule(int gi, double now) {
     while (!g.running.empty()) finish(g, g.running.size() - 1, RequestStatus::kFailed, cancel_reason_, now);
     return std::nullopt;
   }
+  // SWIFT sequences take turns with the others (a draft's skip set applies to a whole
+  // iteration); without others they have every iteration.
+  if (swift_ && g.swift_turn)
+    if (auto s = schedule_swift(g, gi, now)) return s;
   // The iteration's token limit: decode steps first (one token each), then the running
   // prompts' next chunks in admission order (a chunk shrinks to what is left, and a prompt
   // with nothing left waits for the next iteration), then new admissions.
   int tokens_left = cfg_.max_iteration_tokens;
-  for (const auto& run : g.running) tokens_left -= prompt_finished(run) ? 1 : 0;
+  for (const auto& run : g.running) tokens_left -= prompt_finished(run) && !drafting(run) ? 1 : 0;
   std::vector<int> take(g.running.size());
   for (std::size_t i = 0; i < g.running.size(); ++i) {
     if (prompt_finished(g.running[i])) {
-      take[i] = 1;
+      take[i] = drafting(g.running[i]) ? 0 : 1;
       continue;
     }
     take[i] = std::max(0, std::min(next_tokens(g.running[i]), tokens_left));
@@ -185,9 +198,14 @@ std::optional<ScheduleOutput> Scheduler::schedule(int gi, double now) {
   }
   for (std::size_t i = take.size(); i < g.running.size(); ++i) take.push_back(next_tokens(g.running[i]));
   if (g.running.empty()) return std::nullopt;
+  if (std::all_of(take.begin(), take.end(), [](int t) { return t == 0; }) && swift_)
+    if (auto s = schedule_swift(g, gi, now)) return s;
   ScheduleOutput s;
   s.iteration = next_iteration_++;
   s.group = gi;
+  g.swift_turn = true;
+  g.scheduled_at = now;
+  g.pure_decode = true;
   for (std::size_t i = 0; i < g.running.size(); ++i) {
     auto& run = g.running[i];
     if (take[i] == 0) continue;  // a prompt chunk that did not fit this iteration
@@ -211,6 +229,7 @@ std::optional<ScheduleOutput> Scheduler::schedule(int gi, double now) {
       q.n_tokens = 1;
       s.tokens.push_back(run.next_token);
     }
+    g.pure_decode = g.pure_decode && !q.prompt;
     run.len += q.n_tokens;
     s.seqs.push_back(q);
   }
@@ -218,8 +237,60 @@ std::optional<ScheduleOutput> Scheduler::schedule(int gi, double now) {
   return s;
 }
 
+bool Scheduler::drafting(const Running& run) const {
+  if (!swift_ || !prompt_finished(run) || !run.abort_reason.empty()) return false;
+  const auto& r = requests_[static_cast<std::size_t>(run.id)];
+  return swift_->wants(r) && swift_->drafting(view(run), cfg_.max_context);
+}
+
+SwiftControl::SeqView Scheduler::view(const Running& run) const {
+  const auto i = static_cast<std::size_t>(run.id);
+  return {run.id, run.slot, run.column, run.len, run.next_token, &requests_[i].prompt, &results_[i].output};
+}
+
+std::optional<ScheduleOutput> Scheduler::schedule_swift(Group& g, int gi, double now) {
+  std::vector<SwiftControl::SeqView> views;
+  for (const auto& run : g.running)
+    if (drafting(run)) views.push_back(view(run));
+  ScheduleOutput s;
+  if (views.empty() || !swift_->plan(views, s, now)) return std::nullopt;
+  s.iteration = next_iteration_++;
+  s.group = gi;
+  g.in_flight = true;
+  g.swift_turn = false;
+  g.scheduled_at = now;
+  g.pure_decode = false;
+  return s;
+}
+
+void Scheduler::commit_tokens(Group& g, std::int64_t id, std::span<const std::int32_t> tokens, double now) {
+  const auto& req = requests_[static_cast<std::size_t>(id)];
+  auto& res = results_[static_cast<std::size_t>(id)];
+  for (auto t : tokens) {
+    auto it = std::find_if(g.running.begin(), g.running.end(), [&](const Running& r) { return r.id == id; });
+    if (it == g.running.end()) throw_error(ErrorCode::kInternal, "scheduler: sequence {} is not running", id);
+    it->next_token = t;
+    res.output.push_back(t);
+    if (res.first_token_s < 0) res.first_token_s = now;
+    auto idx = static_cast<std::size_t>(it - g.running.begin());
+    const auto& stops = req.sampling.stop_ids;
+    // The same end rules as a plain step, token by token: a SWIFT commit of several tokens
+    // stops at the first stop token or at max_tokens and drops the rest.
+    if (std::find(stops.begin(), stops.end(), t) != stops.end()) return finish(g, idx, RequestStatus::kFinished, "stop", now);
+    if (static_cast<int>(res.output.size()) >= req.sampling.max_tokens)
+      return finish(g, idx, RequestStatus::kFinished, "max_tokens", now);
+    if (it->len >= cfg_.max_context) return finish(g, idx, RequestStatus::kFinished, "length", now);
+  }
+}
+
+std::optional<SwiftReport> Scheduler::swift_report() const {
+  if (!swift_) return std::nullopt;
+  return swift_->report();
+}
+
 void Scheduler::finish(Group& g, std::size_t index, RequestStatus status, std::string reason, double now) {
   auto run = g.running[index];
+  if (swift_) swift_->drop(run.id);
   g.column_used[static_cast<std::size_t>(run.column)] = false;
   free_slots_.push_back(run.slot);
   kv_used_ -= run.reserved;
@@ -231,12 +302,33 @@ void Scheduler::finish(Group& g, std::size_t index, RequestStatus status, std::s
   --open_;
 }
 
-void Scheduler::complete(const ScheduleOutput& s, std::span<const std::int32_t> tokens, double now) {
+void Scheduler::complete(const ScheduleOutput& s, std::span<const std::int32_t> tokens, double now,
+                         std::span<const std::int32_t> cand_tokens, std::span<const float> cand_probs) {
   auto& g = groups_.at(static_cast<std::size_t>(s.group));
   if (!g.in_flight || static_cast<int>(tokens.size()) != s.n_sampled())
     throw_error(ErrorCode::kInternal, "scheduler: iteration {} completed with {} tokens, expected {}", s.iteration,
                 tokens.size(), s.n_sampled());
   g.in_flight = false;
+  const double round_trip = now - g.scheduled_at;
+  if (swift_ && !s.seqs.empty() && s.seqs.front().candidates) {
+    const auto commits = swift_->complete(s, cand_tokens, cand_probs, round_trip, now);
+    for (const auto& q : s.seqs) {  // aborts that waited for this iteration
+      auto it = std::find_if(g.running.begin(), g.running.end(), [&](const Running& r) { return r.id == q.id; });
+      if (it != g.running.end() && !it->abort_reason.empty())
+        finish(g, static_cast<std::size_t>(it - g.running.begin()), RequestStatus::kFailed, it->abort_reason, now);
+    }
+    for (const auto& c : commits) {
+      auto it = std::find_if(g.running.begin(), g.running.end(), [&](const Running& r) { return r.id == c.id; });
+      if (it == g.running.end()) continue;
+      it->len += c.kv_advance;
+      commit_tokens(g, c.id, c.tokens, now);
+    }
+    for (auto& n : swift_->take_notes()) notes_.push_back(std::move(n));
+    if (cancelled_)
+      while (!g.running.empty()) finish(g, g.running.size() - 1, RequestStatus::kFailed, cancel_reason_, now);
+    return;
+  }
+  if (swift_ && g.pure_decode) swift_->observe_plain(round_trip);
   std::size_t k = 0;
   for (const auto& q : s.seqs) {
     if (!q.sample) {
@@ -249,22 +341,11 @@ void Scheduler::complete(const ScheduleOutput& s, std::span<const std::int32_t> 
     auto t = tokens[k++];
     auto it = std::find_if(g.running.begin(), g.running.end(), [&](const Running& r) { return r.id == q.id; });
     if (it == g.running.end()) throw_error(ErrorCode::kInternal, "scheduler: sequence {} is not running", q.id);
-    const auto& req = requests_[static_cast<std::size_t>(q.id)];
-    auto& res = results_[static_cast<std::size_t>(q.id)];
     if (!it->abort_reason.empty()) {
       finish(g, static_cast<std::size_t>(it - g.running.begin()), RequestStatus::kFailed, it->abort_reason, now);
       continue;
     }
-    it->next_token = t;
-    res.output.push_back(t);
-    if (res.first_token_s < 0) res.first_token_s = now;
-    auto idx = static_cast<std::size_t>(it - g.running.begin());
-    const auto& stops = req.sampling.stop_ids;
-    if (std::find(stops.begin(), stops.end(), t) != stops.end()) finish(g, idx, RequestStatus::kFinished, "stop", now);
-    else if (static_cast<int>(res.output.size()) >= req.sampling.max_tokens)
-      finish(g, idx, RequestStatus::kFinished, "max_tokens", now);
-    else if (it->len >= cfg_.max_context)
-      finish(g, idx, RequestStatus::kFinished, "length", now);
+    commit_tokens(g, q.id, std::span(&t, 1), now);
   }
   if (cancelled_)
     while (!g.running.empty()) finish(g, g.running.size() - 1, RequestStatus::kFailed, cancel_reason_, now);

@@ -89,6 +89,19 @@ std::string to_text(const RunSummary& s) {
   constexpr std::size_t kShown = 10;
   for (std::size_t i = 0; i < s.failures.size() && i < kShown; ++i) o += fmt::format("failed: {}\n", s.failures[i]);
   if (s.failures.size() > kShown) o += fmt::format("failed: ... and {} more (all in --json)\n", s.failures.size() - kShown);
+  if (s.swift && (s.swift->verify_passes > 0 || s.swift->opt_steps > 0)) {
+    const auto& w = *s.swift;
+    const double t = std::max(1e-12, w.opt_s + w.draft_s + w.verify_s);
+    o += fmt::format("swift: M {:.2f} tokens/verify · acceptance {:.2f} ({} of {} drafts) · skip {} of {} sub-layers "
+                     "({}) · matchness {:.3f}\n",
+                     w.mean_generated_length(), w.acceptance_rate(), w.accepted, w.draft_steps, w.skipped,
+                     w.sub_layers, w.skip_set, w.best_matchness);
+    o += fmt::format("swift: time optimise {:.1f}% ({} steps{}) · draft {:.1f}% · verify {:.1f}% · speedup {:.2f}x over "
+                     "the plain step of {} (calibrated){}\n",
+                     100 * w.opt_s / t, w.opt_steps, w.stop_reason.empty() ? ", still running" : ", " + w.stop_reason,
+                     100 * w.draft_s / t, 100 * w.verify_s / t, w.measured_speedup(), format_seconds(w.plain_step_s),
+                     w.turned_off ? " · turned off: " + w.off_reason : "");
+  }
   for (const auto& n : s.notes) o += fmt::format("note: {}\n", n);
   if (!s.trace_path.empty())
     o += fmt::format("trace: {} (open it at https://ui.perfetto.dev or chrome://tracing)\n", s.trace_path);
@@ -127,6 +140,33 @@ std::string to_json_text(const RunSummary& s) {
                                    {"warmup_prefill_s", s.startup.warmup_prefill_s},
                                    {"warmup_tokens", s.startup.warmup_tokens}}}};
   if (!s.trace_path.empty()) j["trace"] = s.trace_path;
+  if (s.swift) {
+    const auto& w = *s.swift;
+    nlohmann::json tl = nlohmann::json::array();
+    for (const auto& p : w.timeline) tl.push_back({p.t_s, p.matchness, p.instance_speedup});
+    j["swift"] = {{"mean_generated_length", w.mean_generated_length()},
+                  {"acceptance_rate", w.acceptance_rate()},
+                  {"draft_steps", w.draft_steps},
+                  {"accepted", w.accepted},
+                  {"verify_passes", w.verify_passes},
+                  {"committed_tokens", w.committed},
+                  {"optimisation_steps", w.opt_steps},
+                  {"optimisation_stop", w.stop_reason},
+                  {"restarts", w.restarts},
+                  {"skip_set", w.skip_set},
+                  {"skipped_sub_layers", w.skipped},
+                  {"sub_layers", w.sub_layers},
+                  {"best_matchness", w.best_matchness},
+                  {"optimise_s", w.opt_s},
+                  {"draft_s", w.draft_s},
+                  {"verify_s", w.verify_s},
+                  {"optimisation_share", w.optimisation_share()},
+                  {"plain_step_s", w.plain_step_s},
+                  {"measured_speedup", w.measured_speedup()},
+                  {"turned_off", w.turned_off},
+                  {"off_reason", w.off_reason},
+                  {"timeline", tl}};
+  }
   return j.dump(2);
 }
 

@@ -173,8 +173,12 @@ Request parse_line(const std::string& line, std::string_view name, int lineno, i
   if (r.prompt.empty()) bad("the prompt is empty");
   for (auto it = j.begin(); it != j.end(); ++it)
     if (it.key() != "id" && it.key() != "tokens" && it.key() != "text" && it.key() != "messages" &&
-        it.key() != "sampling")
-      bad(fmt::format("unknown field \"{}\" (expected id, tokens, text, messages, sampling)", it.key()));
+        it.key() != "sampling" && it.key() != "swift")
+      bad(fmt::format("unknown field \"{}\" (expected id, tokens, text, messages, sampling, swift)", it.key()));
+  if (auto it = j.find("swift"); it != j.end()) {
+    if (!it->is_boolean()) bad(fmt::format("\"swift\" must be true or false, got {}", it->dump().substr(0, 40)));
+    r.swift = it->get<bool>();
+  }
   if (auto it = j.find("sampling"); it != j.end()) r.error = parse_sampling(*it, r.sampling);
   if (text.chat && r.from_text)  // end of turn ends the answer
     for (std::int32_t id : text.tokenizer->stop_ids())

@@ -55,6 +55,31 @@ void attention_decode(const Context& ctx, const AttentionDims& dims, const Tenso
                       std::span<const KvView> kv, std::span<const std::int64_t> lengths,
                       const TensorView& out);
 
+// Tree attention: SWIFT's verification of a token tree in one forward pass (also a draft
+// forward over tokens whose keys sit in scratch positions past the committed prefix).
+//
+// q: [T, n_heads * head_dim] for the T tokens of the chunk. Chunk token t's key and value sit
+// at cache position chunk_start + t (written with kv_write first). parents[t] is the index in
+// the chunk of t's parent (-1 for a root; otherwise < t, so a parent precedes its children).
+// Query t attends to the committed prefix, cache positions [0, prefix), and to position
+// chunk_start + a for every a on its path to the root: t, parents[t], parents[parents[t]], ...
+// Positions [prefix, chunk_start) are ignored (stale drafts), as are the chunk's other
+// branches. A chain (parents[t] = t - 1) with prefix == chunk_start is attention_prefill at
+// start_pos = chunk_start (the CPU kernel gives the same bits).
+//
+// Requires 0 <= prefix <= chunk_start, chunk_start + T <= capacity, parents.size() == T and
+// -1 <= parents[t] < t; otherwise throws kInvalidArgument. out: [T, n_heads * head_dim]; out
+// may not alias q. CPU only for now: a CUDA context throws kUnsupported.
+void attention_tree(const Context& ctx, const AttentionDims& dims, const TensorView& q, const KvView& kv,
+                    std::int64_t prefix, std::int64_t chunk_start, std::span<const std::int32_t> parents,
+                    const TensorView& out);
+
+// Copies the keys and values at cache positions [src, src + count) of one KV view (one layer
+// and slot) to positions [dst, dst + count), for every KV head; the two ranges may overlap
+// (memmove semantics). Used to compact an accepted tree path to consecutive positions. Any
+// cache dtype. Throws kInvalidArgument when a range is negative or outside the capacity.
+void kv_copy(const Context& ctx, const KvView& kv, std::int64_t src, std::int64_t dst, std::int64_t count);
+
 // Owns K/V memory for n_layers x n_slots sequences of up to `capacity` tokens, laid out as
 // above. Not thread-safe to create/destroy; views may be used from any thread.
 class KvCache {

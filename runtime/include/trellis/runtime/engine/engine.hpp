@@ -62,9 +62,19 @@ struct StageInput {
                                         // prefill chunk before the last is not)
   std::vector<std::int32_t> columns;    // per sequence: its sampler column in the group
   std::vector<SamplingParams> params;   // per sequence: settings (meaningful when fresh)
+  // SWIFT (runtime/swift; schedule.hpp): per sequence whether every token gets a logits row
+  // and top candidates come back instead of a sample; its token tree (offset into `parents`,
+  // or -1 for a chain) with K/V start and visible prefix; the iteration's skip set and the
+  // KV moves to apply before it.
+  std::vector<std::int32_t> candidates;
+  std::vector<std::int32_t> tree_offsets, kv_pos, prefix;
+  std::vector<std::int32_t> parents;
+  std::vector<std::uint8_t> skip;
+  std::vector<KvCopy> moves;
   int n_tokens() const { return static_cast<int>(tokens.size()); }
   int n_seqs() const { return static_cast<int>(slots.size()); }
-  int n_sampled() const;
+  int n_sampled() const;   // sequences that draw a token
+  int logit_rows() const;  // rows of logits: 1 per sampled sequence, every token of a candidates one
 };
 
 // What a stage computes; the Llama adapter (make_llama_stage) is the real one. Called from
@@ -80,8 +90,9 @@ class StageCompute {
   // Runs this stage's blocks on x[T, H] (in place; stage 0 embeds in.tokens first and ignores
   // x's contents). Records a span per block on `trace`.
   virtual void forward(const StageInput& in, float* x, Tracer& trace) = 0;
-  // Last stage: this rank's logits for the last token of every sampled sequence, row-major
-  // [n_sampled, vocab_end - vocab_begin]. Not called when nothing is sampled.
+  // Last stage: this rank's logits for the last token of every sampled sequence and every
+  // token of a candidates one, row-major [logit_rows, vocab_end - vocab_begin]. Not called
+  // when there are no rows.
   virtual void logits(const StageInput& in, const float* x, float* out) = 0;
 };
 
@@ -106,6 +117,9 @@ struct EngineOptions {
   bool tsem = true;         // §5.2; false: prepare inputs inline before each forward
   bool sat = true;          // §5.3; false: structure-unaware stage transfers
   int sampler_threads = 2;
+  // Logits rows one iteration may have (SWIFT verifies trees and scores drafts: many rows per
+  // sequence); at least scheduler.max_seqs_per_group.
+  int max_logit_rows = 0;
   SchedulerConfig scheduler;  // groups must equal pp
   Millis deadline{30000};     // longest any single wait
   std::uint32_t ring_slots = 16;
@@ -144,6 +158,7 @@ struct EngineResult {
   bool interrupted = false;  // stopped by EngineOptions::stop before all requests finished
   double start_s = 0, wall_s = 0;
   std::uint64_t iterations = 0;
+  std::optional<SwiftReport> swift;  // rank 0, when the run could draft
 };
 
 // Runs the engine on this rank until the scheduler says stop. `links` reaches every peer of

@@ -93,6 +93,13 @@ struct LoadOptions {
 
 // One sequence's share of a forward: n_tokens new tokens appended to `slot` at
 // positions [start_pos, start_pos + n_tokens).
+//
+// Token trees (SWIFT, runtime/swift): with `parents` set (one entry per token, parents[i] < i
+// or -1), token i sits at position start_pos + depth(i), its K/V go to cache position
+// kv_pos + i, and it attends to cache positions [0, prefix) and to its own path through the
+// chunk (kernels::attention_tree). That verifies a linearised tree of draft tokens in one
+// forward, and scores a draft over tokens already in the cache by writing their new K/V past
+// the sequence (kv_pos) while reading only the prefix before them.
 struct SeqChunk {
   int slot = 0;
   std::int64_t start_pos = 0;
@@ -100,6 +107,21 @@ struct SeqChunk {
   // Whether the last new token gets a logits row (unless all_logits): false for a prefill
   // chunk that is not the prompt's last (nothing is sampled after it).
   bool logits = true;
+  // Every token of this sequence gets a logits row (a tree to verify, a draft to score).
+  bool every_logit = false;
+  std::vector<std::int32_t> parents;  // empty: a causal chain (kv_pos and prefix unused)
+  std::int64_t kv_pos = 0;
+  std::int64_t prefix = 0;
+  // Where token i's K/V go and its RoPE position.
+  std::int64_t kv_start() const { return parents.empty() ? start_pos : kv_pos; }
+  std::int64_t position(std::int64_t i) const;
+};
+
+// Copies the K/V at cache positions [src, src + count) of `slot` to [dst, dst + count) in
+// every layer of the stage (SWIFT: an accepted tree path moved into place).
+struct KvMove {
+  int slot = 0;
+  std::int64_t src = 0, dst = 0, count = 0;
 };
 
 struct Batch {
@@ -107,6 +129,10 @@ struct Batch {
   std::vector<SeqChunk> seqs;
   // Which rows get logits: the last token of each sequence with `logits` set, or every token.
   bool all_logits = false;
+  // Sub-layers replaced by the identity (SWIFT's draft): 2 * num_layers entries, [2l] the
+  // attention and [2l + 1] the MLP of layer l; empty: none. A skipped sub-layer does no
+  // all-reduce and writes no K/V.
+  std::vector<std::uint8_t> skip;
 
   std::int64_t total_tokens() const;
   std::int64_t logit_rows() const;
@@ -176,8 +202,15 @@ class LlamaModel {
   // Completes a partial sum across the TP group (in place). No-op at t = 1.
   void all_reduce(const kernels::TensorView& partial);
   transport::RequestPtr all_reduce_async(const kernels::TensorView& partial);
-  // The standard block: x += AR(attn(x)); x += AR(mlp(x)).
+  // The standard block: x += AR(attn(x)); x += AR(mlp(x)); a sub-layer in batch.skip is
+  // left out (with its all-reduce).
   void standard_layer(int layer, const Batch& batch, const kernels::TensorView& x);
+  // Applies `moves` to the KV cache of every layer of this stage (before a forward that reads
+  // the moved positions). Throws (request scope) when a move does not fit the cache.
+  void move_kv(std::span<const KvMove> moves);
+  // Sub-layers left out and the all-reduces that saved, since construction (SWIFT's drafts).
+  std::int64_t skipped_sublayers() const { return skipped_sublayers_; }
+  std::int64_t skipped_reductions() const { return skipped_reductions_; }
 
   // Runs this stage on x[T, H]: embeds first if has_embedding(), then every layer with
   // standard_layer. x holds the stage's output hidden state afterwards.
@@ -225,6 +258,7 @@ class LlamaModel {
   std::vector<std::int32_t> positions_;
   std::span<std::byte> window_;        // registered with tp_ (LoadOptions::window_bytes)
   std::size_t window_buffer_bytes_ = 0;  // each of the two reduce buffers in it
+  std::int64_t skipped_sublayers_ = 0, skipped_reductions_ = 0;
 };
 
 }  // namespace trellis::runtime

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "trellis/runtime/scheduler/schedule.hpp"
+#include "trellis/runtime/scheduler/swift_control.hpp"
 #include "trellis/runtime/workload/request.hpp"
 
 namespace trellis::runtime {
@@ -43,6 +44,7 @@ struct SchedulerConfig {
   int max_iteration_tokens = 4096;   // input tokens per iteration (limits prefill bursts)
   int prefill_chunk = 0;             // prompt tokens per iteration (0: the whole prompt at once);
                                      // at most max_iteration_tokens
+  SwiftConfig swift;                 // SWIFT self-speculative decoding (swift_control.hpp)
 };
 
 // Why `r` can never run under `limits` (prompt longer than the context, more KV positions
@@ -68,8 +70,10 @@ class Scheduler {
   // The next iteration for group `g`, or nothing when the group has no work now (nothing
   // running in it and nothing that may be admitted). `now` (seconds) stamps admissions.
   std::optional<ScheduleOutput> schedule(int g, double now);
-  // Tokens sampled for `s` (one per sampled sequence, in order), at time `now`.
-  void complete(const ScheduleOutput& s, std::span<const std::int32_t> tokens, double now);
+  // Tokens sampled for `s` (one per sampled sequence, in order), at time `now`; a SWIFT
+  // iteration's results are the candidates of its rows instead (TokensMsg).
+  void complete(const ScheduleOutput& s, std::span<const std::int32_t> tokens, double now,
+                std::span<const std::int32_t> cand_tokens = {}, std::span<const float> cand_probs = {});
 
   // Live serving: a request that arrives while the engine runs. Its id must be the next one
   // (requests().size()); a request that can never run fails at once with the reason (see
@@ -97,6 +101,8 @@ class Scheduler {
   std::vector<std::string> take_notes();
   std::int64_t kv_used_tokens() const { return kv_used_; }
   std::uint64_t iterations_scheduled() const { return next_iteration_; }
+  // SWIFT's figures, when the run can draft.
+  std::optional<SwiftReport> swift_report() const;
 
  private:
   struct Running {
@@ -112,7 +118,14 @@ class Scheduler {
     std::vector<Running> running;
     std::vector<bool> column_used;
     bool in_flight = false;
+    bool swift_turn = true;        // the next iteration may be a SWIFT one
+    double scheduled_at = 0;       // when the iteration in flight was built
+    bool pure_decode = false;      // it is plain decode steps only (SWIFT's calibration)
   };
+  std::optional<ScheduleOutput> schedule_swift(Group& g, int gi, double now);
+  bool drafting(const Running& run) const;  // it takes SWIFT iterations now
+  SwiftControl::SeqView view(const Running& run) const;
+  void commit_tokens(Group& g, std::int64_t id, std::span<const std::int32_t> tokens, double now);
   bool admit_into(Group& g, double now, int& tokens_left);
   // Input tokens of `run`'s next iteration: its next prompt chunk, or 1 (a decode step).
   int next_tokens(const Running& run) const;
@@ -135,6 +148,7 @@ class Scheduler {
   int open_ = 0;  // requests not yet finished or failed
   bool cancelled_ = false;
   std::string cancel_reason_;
+  std::optional<SwiftControl> swift_;
 };
 
 }  // namespace trellis::runtime

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,7 @@ struct RunSummary {
   std::vector<std::string> notes;     // waits on the KV budget and similar
   std::string trace_path;             // where the trace went, if anywhere
   StartupTimes startup;               // not part of wall_s, TTFT or TPOT
+  std::optional<SwiftReport> swift;   // SWIFT's figures when the run could draft
 };
 
 // Fills the request-level fields from the scheduler's results (times relative to `start_s`).

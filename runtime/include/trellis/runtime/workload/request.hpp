@@ -45,6 +45,9 @@ struct Request {
   bool from_text = false;           // prompt came from "text" (decode output as text)
   SamplingParams sampling;
   std::string error;                // non-empty: rejected before running, with the reason
+  // SWIFT self-speculative decoding for this request ("swift" in the prompts file); unset:
+  // the run's setting (--swift). Only greedy requests without penalties draft.
+  std::optional<bool> swift;
 };
 
 }  // namespace trellis::runtime

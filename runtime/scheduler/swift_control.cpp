@@ -1,0 +1,276 @@
+#include "trellis/runtime/scheduler/swift_control.hpp"
+
+#include <algorithm>
+
+#include "trellis/core/error.hpp"
+
+namespace trellis::runtime {
+
+double SwiftReport::optimisation_share() const {
+  const double total = opt_s + draft_s + verify_s;
+  return total > 0 ? opt_s / total : 0;
+}
+
+double SwiftReport::measured_speedup() const {
+  const double t = draft_s + verify_s + opt_s;
+  return t > 0 && plain_step_s > 0 ? plain_step_s * static_cast<double>(committed) / t : 0;
+}
+
+SwiftControl::SwiftControl(SwiftConfig cfg) : cfg_(std::move(cfg)) {
+  swift::validate(cfg_.settings);
+  if (cfg_.max_tree < 2 || cfg_.max_tree > 512)
+    throw_error(ErrorCode::kInvalidArgument, "swift.max_tree must be in [2, 512] (got {})", cfg_.max_tree);
+  if (cfg_.calibration_steps < 1 || cfg_.calibration_steps > 1000)
+    throw_error(ErrorCode::kInvalidArgument, "swift.calibration_steps must be in [1, 1000] (got {})",
+                cfg_.calibration_steps);
+  if (cfg_.allowed) {
+    opt_.emplace(cfg_.num_layers, cfg_.settings);
+    rep_.sub_layers = 2 * cfg_.num_layers;
+  }
+}
+
+bool SwiftControl::wants(const Request& r) const {
+  return cfg_.allowed && r.swift.value_or(cfg_.enabled) && !refusal(r);
+}
+
+std::optional<std::string> SwiftControl::refusal(const Request& r) const {
+  if (!r.swift.value_or(cfg_.enabled)) return std::nullopt;
+  if (!r.sampling.is_greedy() || r.sampling.has_penalties())
+    return std::string("SWIFT drafts only greedy requests without penalties (speculative sampling is not wired to "
+                       "the engine's sampler yet); this one decodes plainly");
+  return std::nullopt;
+}
+
+int SwiftControl::scratch_positions() const { return std::max(cfg_.settings.gamma, cfg_.max_tree); }
+
+bool SwiftControl::drafting(const SeqView& v, std::int32_t max_context) const {
+  return opt_ && !rep_.turned_off && static_cast<int>(plain_samples_.size()) >= cfg_.calibration_steps &&
+         v.next_token >= 0 && v.len + scratch_positions() <= max_context;
+}
+
+void SwiftControl::observe_plain(double round_trip_s) {
+  if (static_cast<int>(plain_samples_.size()) >= cfg_.calibration_steps) return;
+  plain_samples_.push_back(round_trip_s);
+  ++rep_.plain_steps;
+  auto v = plain_samples_;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  rep_.plain_step_s = v[v.size() / 2];
+}
+
+SwiftControl::Action SwiftControl::next_action(const SeqView& v, SeqState& st) const {
+  const int gamma = cfg_.settings.gamma;
+  if (st.steps.empty() && !st.scored && !opt_->finished() && static_cast<int>(v.output->size()) > gamma &&
+      v.len >= gamma)
+    return Action::kOptimise;
+  if (st.steps.empty()) return Action::kDraft;
+  // The tree holds the root, the chain and alternatives: stop the chain well inside max_tree.
+  const int drafted = static_cast<int>(st.steps.size());
+  if (drafted + 1 < cfg_.max_tree && swift::keep_drafting(st.steps.back(), drafted, cfg_.settings))
+    return Action::kDraft;
+  return Action::kVerify;
+}
+
+void SwiftControl::add_seq(ScheduleOutput& s, const SeqView& v, SeqState& st, std::int32_t pos,
+                           std::span<const std::int32_t> tokens) {
+  ScheduledSeq q;
+  q.id = v.id;
+  q.slot = v.slot;
+  q.column = v.column;
+  q.pos = pos;
+  q.n_tokens = static_cast<std::int32_t>(tokens.size());
+  q.sample = false;
+  q.candidates = true;
+  s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+  s.moves.insert(s.moves.end(), st.moves.begin(), st.moves.end());
+  st.moves.clear();
+  s.seqs.push_back(std::move(q));
+}
+
+bool SwiftControl::plan(std::span<const SeqView> seqs, ScheduleOutput& s, double now) {
+  if (!opt_ || seqs.empty()) return false;
+  if (t0_ < 0) t0_ = now;
+  // The kind of the first sequence's next step decides the iteration; others of that kind join.
+  Action kind = Action::kNone;
+  for (const auto& v : seqs) {
+    auto& st = seqs_[v.id];
+    const Action a = next_action(v, st);
+    if (kind == Action::kNone) kind = a;
+    if (a != kind) continue;
+    if (a == Action::kOptimise) {
+      // One candidate per step: score it on this sequence's last γ committed tokens, read
+      // through a tree-shaped chain whose K/V go past the sequence (positions len..len+γ-1).
+      const int gamma = cfg_.settings.gamma;
+      const std::int32_t first = v.len - gamma;
+      std::vector<std::int32_t> toks;
+      const auto& p = *v.prompt;
+      const auto& o = *v.output;
+      for (std::int32_t i = first; i < v.len; ++i) {
+        const auto pi = static_cast<std::size_t>(i);
+        toks.push_back(pi < p.size() ? p[pi] : o[pi - p.size()]);
+      }
+      st.candidate = opt_->propose();
+      st.opt_last = v.next_token;
+      add_seq(s, v, st, first, toks);
+      auto& q = s.seqs.back();
+      q.kv_pos = v.len;
+      q.prefix = first;
+      q.parents.resize(static_cast<std::size_t>(gamma));
+      for (int i = 0; i < gamma; ++i) q.parents[static_cast<std::size_t>(i)] = i - 1;
+      s.skip = st.candidate;
+      break;  // one optimisation step per iteration
+    }
+    if (a == Action::kDraft) {
+      const auto j = static_cast<std::int32_t>(st.steps.size());
+      const std::int32_t tok = j == 0 ? v.next_token : st.steps.back().top[0].token;
+      add_seq(s, v, st, v.len + j, std::span(&tok, 1));
+      s.skip = opt_->best();
+      continue;
+    }
+    // Verify: the tree, truncated to max_tree (alternatives come last, so a prefix of the
+    // layout is still a tree).
+    st.tree = swift::build_tree(v.next_token, st.steps);
+    if (st.tree.size() > cfg_.max_tree) {
+      st.tree.tokens.resize(static_cast<std::size_t>(cfg_.max_tree));
+      st.tree.parents.resize(static_cast<std::size_t>(cfg_.max_tree));
+      st.tree.depth.resize(static_cast<std::size_t>(cfg_.max_tree));
+    }
+    add_seq(s, v, st, v.len, st.tree.tokens);
+    auto& q = s.seqs.back();
+    q.parents = st.tree.parents;
+    q.kv_pos = v.len;
+    q.prefix = v.len;
+  }
+  return kind != Action::kNone && !s.seqs.empty();
+}
+
+std::vector<SwiftControl::Commit> SwiftControl::complete(const ScheduleOutput& s,
+                                                         std::span<const std::int32_t> cand_tokens,
+                                                         std::span<const float> cand_probs, double round_trip_s,
+                                                         double now) {
+  constexpr int K = 10;  // detail::kSwiftTopK: candidates per row
+  const int rows = s.logit_rows();
+  if (cand_tokens.size() != static_cast<std::size_t>(rows) * K || cand_probs.size() != cand_tokens.size())
+    throw_error(ErrorCode::kInternal, "swift: iteration {} has {} logits rows but {} candidates came back", s.iteration,
+                rows, cand_tokens.size());
+  const bool optimising = !s.skip.empty() && !s.seqs.empty() && !s.seqs[0].parents.empty();
+  const bool drafting = !s.skip.empty() && !optimising;
+  (optimising ? rep_.opt_s : drafting ? rep_.draft_s : rep_.verify_s) += round_trip_s;
+  win_time_ += round_trip_s;
+  std::vector<Commit> out;
+  std::size_t row = 0;
+  for (const auto& q : s.seqs) {
+    const std::size_t base = row;
+    row += static_cast<std::size_t>(q.n_tokens);
+    auto it = seqs_.find(q.id);
+    if (it == seqs_.end()) continue;  // dropped while in flight
+    SeqState& st = it->second;
+    const auto top1 = [&](std::size_t r) { return cand_tokens[r * K]; };
+    if (optimising) {
+      // Eq. (4): the draft's greedy prediction after window token i against the committed
+      // token that followed it (the last one is the sequence's pending next token).
+      int match = 0;
+      for (std::int32_t i = 0; i < q.n_tokens; ++i) {
+        const auto want = i + 1 < q.n_tokens ? s.tokens[base + static_cast<std::size_t>(i + 1)] : st.opt_last;
+        match += top1(base + static_cast<std::size_t>(i)) == want ? 1 : 0;
+      }
+      const double m = static_cast<double>(match) / static_cast<double>(q.n_tokens);
+      const bool was_running = !opt_->finished();
+      opt_->report(st.candidate, m);
+      ++rep_.opt_steps;
+      st.scored = true;
+      rep_.timeline.push_back({now - t0_, opt_->best_matchness(), 0});
+      if (was_running && opt_->finished())
+        notes_.push_back(fmt::format("swift: optimisation finished after {} steps ({}); skip set {} ({} of {} "
+                                     "sub-layers), matchness {:.3f}", opt_->steps(), opt_->stop_reason(),
+                                     swift::describe(opt_->best()), swift::count_skipped(opt_->best()),
+                                     2 * cfg_.num_layers, opt_->best_matchness()));
+      continue;
+    }
+    if (drafting) {
+      swift::DraftStep step;
+      for (int k = 0; k < K; ++k) {
+        const auto t = cand_tokens[base * K + static_cast<std::size_t>(k)];
+        if (t >= 0) step.top.push_back({t, cand_probs[base * K + static_cast<std::size_t>(k)]});
+      }
+      if (step.top.empty()) throw_error(ErrorCode::kInternal, "swift: a draft row of iteration {} has no candidates",
+                                        s.iteration);
+      st.steps.push_back(std::move(step));
+      continue;
+    }
+    // Verify: the target's greedy next token after every node.
+    std::vector<std::int32_t> target(static_cast<std::size_t>(q.n_tokens));
+    for (std::int32_t i = 0; i < q.n_tokens; ++i) target[static_cast<std::size_t>(i)] = top1(base + static_cast<std::size_t>(i));
+    const auto acc = swift::accept_greedy(st.tree, target);
+    // Move an accepted alternative (always a leaf: at most one, at the end) into its place.
+    for (std::size_t d = 0; d < acc.nodes.size(); ++d) {
+      const auto node = acc.nodes[d];
+      const auto depth = static_cast<std::int32_t>(d + 1);
+      if (node != depth) st.moves.push_back(KvCopy{q.slot, q.pos + node, q.pos + depth, 1});
+    }
+    const auto drafted = static_cast<std::int64_t>(st.steps.size());
+    rep_.draft_steps += drafted;
+    rep_.accepted += static_cast<std::int64_t>(acc.nodes.size());
+    ++rep_.verify_passes;
+    rep_.committed += static_cast<std::int64_t>(acc.tokens.size());
+    win_drafts_ += drafted;
+    win_accepted_ += static_cast<std::int64_t>(acc.nodes.size());
+    win_tokens_ += static_cast<std::int64_t>(acc.tokens.size());
+    st.steps.clear();
+    st.scored = false;
+    out.push_back(Commit{q.id, acc.tokens, static_cast<std::int32_t>(1 + acc.nodes.size())});
+  }
+  if (!optimising && !drafting && !out.empty()) {
+    // Instance speedup of this verify's cycle is not separable per sequence in a batch; the
+    // series uses the running measurement.
+    rep_.timeline.push_back({now - t0_, opt_->best_matchness(), rep_.measured_speedup()});
+    judge(now);
+  }
+  return out;
+}
+
+void SwiftControl::judge(double) {
+  const auto& set = cfg_.settings;
+  // Re-enter optimisation when acceptance falls (e.g. the stream changed domain).
+  if (win_drafts_ >= set.acceptance_window) {
+    const double alpha = static_cast<double>(win_accepted_) / static_cast<double>(win_drafts_);
+    if (opt_->finished() && alpha < set.reenter_acceptance) {
+      opt_->restart();
+      ++rep_.restarts;
+      notes_.push_back(fmt::format("swift: acceptance {:.2f} over the last {} drafts is below {:.2f}: optimising the "
+                                   "skip set again", alpha, win_drafts_, set.reenter_acceptance));
+    }
+    win_drafts_ = win_accepted_ = 0;
+  }
+  // Auto-off: only judged once optimisation has ended (its steps are an investment).
+  if (win_tokens_ >= set.speedup_window) {
+    const double speedup = win_time_ > 0 ? rep_.plain_step_s * static_cast<double>(win_tokens_) / win_time_ : 0;
+    if (opt_->finished() && speedup < set.min_speedup && !rep_.turned_off) {
+      rep_.turned_off = true;
+      rep_.off_reason = fmt::format("measured speedup {:.2f}x over {} tokens is below {:.2f}x", speedup, win_tokens_,
+                                    set.min_speedup);
+      notes_.push_back(fmt::format("swift: drafting turned off for this stream: {} (plain step {:.2f} ms)",
+                                   rep_.off_reason, 1e3 * rep_.plain_step_s));
+    }
+    win_tokens_ = 0;
+    win_time_ = 0;
+  }
+}
+
+std::vector<std::string> SwiftControl::take_notes() {
+  std::vector<std::string> out;
+  out.swap(notes_);
+  return out;
+}
+
+SwiftReport SwiftControl::report() const {
+  SwiftReport r = rep_;
+  if (opt_) {
+    r.skip_set = swift::describe(opt_->best());
+    r.skipped = swift::count_skipped(opt_->best());
+    r.best_matchness = opt_->best_matchness();
+    r.stop_reason = opt_->stop_reason();
+  }
+  return r;
+}
+
+}  // namespace trellis::runtime
