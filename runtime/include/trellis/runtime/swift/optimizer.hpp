@@ -10,8 +10,9 @@
 //
 // and drafts with best() meanwhile and afterwards. Proposals (Eq. 2): step o (1-based within
 // the current optimisation round) is suggested by Gaussian-process Bayesian optimisation when
-// o % bayes_interval == 0 and at least two sets have been scored, otherwise uniformly at
-// random among the sets with the budget. Before any score exists, best() is the uniform set
+// o % bayes_interval == 0 and at least two sets have been scored, otherwise at random with
+// the budget: half the time a random unseen single swap of best() (local refinement, which
+// uniform sampling cannot do on a non-additive score), else uniformly among all such sets. Before any score exists, best() is the uniform set
 // (uniform_skip_set) with matchness -1; the first proposal of a round whose best is unscored
 // is best() itself, so the starting point is measured rather than dropped.
 //
@@ -24,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -89,6 +91,7 @@ class LayerSkipOptimizer {
     double matchness;
   };
   SkipSet random_set();
+  std::optional<SkipSet> random_swap_of_best();
   SkipSet bayes_set();
   std::vector<int> training_indices() const;
 
