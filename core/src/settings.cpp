@@ -252,7 +252,7 @@ constexpr std::array kSettings = {
     SettingSpec{"swift.min_speedup", T::kDouble, "1.0",
                 "Drafting is turned off when the measured speedup over swift.speedup_window tokens is below this", "",
                 0, 100},
-    SettingSpec{"swift.speedup_window", T::kInt, "256", "Generated tokens per speedup check", "", 1, 1000000},
+    SettingSpec{"swift.speedup_window", T::kInt, "128", "Generated tokens per speedup check", "", 1, 1000000},
     SettingSpec{"swift.calibration_steps", T::kInt, "4",
                 "Plain decode steps timed before drafting starts (the speedup's baseline)", "", 1, 1000},
     SettingSpec{"swift.seed", T::kInt, "1", "Seed of the optimiser's random search", "", 0, 1000000000},

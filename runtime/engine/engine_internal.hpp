@@ -195,6 +195,7 @@ std::string ring_name(const EngineOptions& opt, int leader, int host);
 
 // Top `k` (token, softmax probability) of each column of zt (vocab x batch, column-wise),
 // most probable first, appended to tokens/probs (k per column; -1/0 pads a tiny vocabulary).
+// k = 1: the arg-max only, probability not computed (1).
 void top_candidates(const float* zt, int vocab, int batch, int k, std::vector<std::int32_t>& tokens,
                     std::vector<float>& probs);
 

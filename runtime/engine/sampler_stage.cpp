@@ -113,6 +113,16 @@ SamplerStage::SamplerStage(int rank, const EngineGrid& grid, transport::Link* co
 void top_candidates(const float* zt, int vocab, int batch, int k, std::vector<std::int32_t>& tokens,
                     std::vector<float>& probs) {
   std::vector<std::pair<float, std::int32_t>> best;
+  if (k == 1) {  // the arg-max alone (lowest id on ties, as greedy sampling); no softmax
+    for (int b = 0; b < batch; ++b) {
+      int arg = 0;
+      for (int v = 1; v < vocab; ++v)
+        if (zt[static_cast<std::size_t>(v) * batch + b] > zt[static_cast<std::size_t>(arg) * batch + b]) arg = v;
+      tokens.push_back(arg);
+      probs.push_back(1.0f);  // not computed
+    }
+    return;
+  }
   for (int b = 0; b < batch; ++b) {
     float mx = -std::numeric_limits<float>::infinity();
     for (int v = 0; v < vocab; ++v) mx = std::max(mx, zt[static_cast<std::size_t>(v) * batch + b]);
@@ -193,7 +203,21 @@ const std::vector<std::int32_t>& SamplerStage::run(const StageInput& in, const f
   if (B > 0 && n_sampled == 0) {  // SWIFT rows: each row's top candidates, no draw
     Tracer::Span span(trace_, lane_, TraceCat::kSample, "swift candidates", in.iteration);
     out_.clear();
-    top_candidates(zt_.data(), vocab_, B, kSwiftTopK, cand_tokens_, cand_probs_);
+    // A draft (skip set, no tree) needs each row's top candidates and probabilities (the
+    // confidence and the tree's alternatives); a verify or an optimisation step only the
+    // target's or the draft's greedy token, so it skips the softmax over the vocabulary.
+    const bool draft = !in.skip.empty() && in.parents.empty();
+    top_candidates(zt_.data(), vocab_, B, draft ? kSwiftTopK : 1, cand_tokens_, cand_probs_);
+    if (!draft) {  // pad to kSwiftTopK entries per row
+      std::vector<std::int32_t> t(static_cast<std::size_t>(B) * kSwiftTopK, -1);
+      std::vector<float> p(t.size(), 0.0f);
+      for (int b = 0; b < B; ++b) {
+        t[static_cast<std::size_t>(b) * kSwiftTopK] = cand_tokens_[static_cast<std::size_t>(b)];
+        p[static_cast<std::size_t>(b) * kSwiftTopK] = cand_probs_[static_cast<std::size_t>(b)];
+      }
+      cand_tokens_.swap(t);
+      cand_probs_.swap(p);
+    }
     return out_;
   }
   out_.resize(static_cast<std::size_t>(B));

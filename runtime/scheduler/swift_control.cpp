@@ -156,6 +156,7 @@ std::vector<SwiftControl::Commit> SwiftControl::complete(const ScheduleOutput& s
   const bool drafting = !s.skip.empty() && !optimising;
   (optimising ? rep_.opt_s : drafting ? rep_.draft_s : rep_.verify_s) += round_trip_s;
   win_time_ += round_trip_s;
+  if (!optimising) win_accel_time_ += round_trip_s;
   std::vector<Commit> out;
   std::size_t row = 0;
   for (const auto& q : s.seqs) {
@@ -205,7 +206,10 @@ std::vector<SwiftControl::Commit> SwiftControl::complete(const ScheduleOutput& s
     for (std::size_t d = 0; d < acc.nodes.size(); ++d) {
       const auto node = acc.nodes[d];
       const auto depth = static_cast<std::int32_t>(d + 1);
-      if (node != depth) st.moves.push_back(KvCopy{q.slot, q.pos + node, q.pos + depth, 1});
+      if (node != depth) {
+        st.moves.push_back(KvCopy{q.slot, q.pos + node, q.pos + depth, 1});
+        ++rep_.alternatives;
+      }
     }
     const auto drafted = static_cast<std::int64_t>(st.steps.size());
     rep_.draft_steps += drafted;
@@ -241,18 +245,25 @@ void SwiftControl::judge(double) {
     }
     win_drafts_ = win_accepted_ = 0;
   }
-  // Auto-off: only judged once optimisation has ended (its steps are an investment).
+  // Auto-off. Over each window of committed tokens: the speedup counting every SWIFT
+  // iteration (optimisation included) and the one of drafting and verifying alone (what the
+  // current skip set delivers). Below the threshold with optimisation over, drafting stops;
+  // while it still runs, only when drafting itself does not pay either (then the
+  // optimisation is not an investment that can be recovered).
   if (win_tokens_ >= set.speedup_window) {
-    const double speedup = win_time_ > 0 ? rep_.plain_step_s * static_cast<double>(win_tokens_) / win_time_ : 0;
-    if (opt_->finished() && speedup < set.min_speedup && !rep_.turned_off) {
+    const double plain = rep_.plain_step_s * static_cast<double>(win_tokens_);
+    const double overall = win_time_ > 0 ? plain / win_time_ : 0;
+    const double accel = win_accel_time_ > 0 ? plain / win_accel_time_ : 0;
+    if (!rep_.turned_off && overall < set.min_speedup && (opt_->finished() || accel < set.min_speedup)) {
       rep_.turned_off = true;
-      rep_.off_reason = fmt::format("measured speedup {:.2f}x over {} tokens is below {:.2f}x", speedup, win_tokens_,
-                                    set.min_speedup);
+      rep_.off_reason = fmt::format("measured speedup {:.2f}x ({:.2f}x drafting and verifying alone) over {} tokens "
+                                    "is below {:.2f}x", overall, accel, win_tokens_, set.min_speedup);
       notes_.push_back(fmt::format("swift: drafting turned off for this stream: {} (plain step {:.2f} ms)",
                                    rep_.off_reason, 1e3 * rep_.plain_step_s));
     }
     win_tokens_ = 0;
     win_time_ = 0;
+    win_accel_time_ = 0;
   }
 }
 

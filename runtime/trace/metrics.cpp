@@ -148,6 +148,7 @@ std::string to_json_text(const RunSummary& s) {
                   {"acceptance_rate", w.acceptance_rate()},
                   {"draft_steps", w.draft_steps},
                   {"accepted", w.accepted},
+                  {"accepted_alternatives", w.alternatives},
                   {"verify_passes", w.verify_passes},
                   {"committed_tokens", w.committed},
                   {"optimisation_steps", w.opt_steps},

@@ -63,7 +63,8 @@ namespace {
 constexpr const char* kNames[] = {"prepare input", "forward", "block", "embed", "lm head", "all-reduce",
                                   "send hidden", "recv hidden", "send logits", "recv logits", "sample",
                                   "wait schedule", "wait input", "wait hidden", "wait logits", "schedule",
-                                  "send tokens", "recv tokens", "relay", "other"};
+                                  "send tokens", "recv tokens", "relay", "kv moves", "swift candidates",
+                                  "swift optimise", "swift draft", "swift verify", "other"};
 constexpr std::uint8_t kOther = static_cast<std::uint8_t>(std::size(kNames) - 1);
 
 std::uint8_t name_index(const char* n) {

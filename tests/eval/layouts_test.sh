@@ -8,7 +8,8 @@
 #     TRELLIS_REQUIRE_PEERS=1): greedy
 #     `trellis run --chat` output at p x t in {2x1, 1x3, 2x3} equals 1x1 token for token on
 #     three chat prompts (16 new tokens), also with chunked prefill (--prefill-chunk 5 at 1x1,
-#     7 at 2x3), a chat answer ends at the end-of-turn id, t=2 fails
+#     7 at 2x3) and with SWIFT drafting (--swift at 1x1 and 2x3, two sequences per group), a
+#     chat answer ends at the end-of-turn id, t=2 fails
 #     naming the heads and the valid t, and eval ppl at 2x3 equals 1x1 (1e-5 relative).
 set -u
 MODE="$1"; T="$2"; shift 2
@@ -80,7 +81,28 @@ for l in "1 1 5" "2 3 7"; do
     bad "${1}x${2} --prefill-chunk $3 run failed"; tail -5 "$WORK/log_${1}x${2}c$3"
   fi
 done
-for k in 2x1 1x3 2x3 1x1c5 2x3c7; do
+# SWIFT (docs/swift.md): the same greedy tokens at 1x1 and 2x3 while drafting, verifying and
+# optimising (settings that make every path run within 16 tokens and never turn it off).
+SW=(--set swift.gamma=6 --set swift.max_steps=4 --set swift.min_speedup=0 --set swift.calibration_steps=1
+    --set swift.skip_ratio=0.2 --set swift.max_draft=4 --set swift.max_tree=12)
+for l in "1 1" "2 3"; do
+  set -- $l
+  f="$WORK/out_${1}x${2}sw.jsonl"
+  if run $(($1 * $2)) "${SW[@]}" run --model "$GGUF" --pp $1 --tp $2 --prompts "$WORK/chat.jsonl" --chat --out "$f" \
+      --max-context 128 --swift --max-seqs 2 --json > "$WORK/log_${1}x${2}sw" 2>&1; then
+    out[${1}x${2}sw]=$(tokens_of "$f")
+    if python3 - "$WORK/log_${1}x${2}sw" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+j = json.loads(text[text.index("{\n"):])["swift"]
+sys.exit(0 if j["verify_passes"] > 0 and j["optimisation_steps"] > 0 and j["draft_steps"] > 0 else 1)
+PY
+    then ok "${1}x${2} --swift drafted, verified and optimised"; else bad "${1}x${2} --swift did not draft/verify/optimise"; fi
+  else
+    bad "${1}x${2} --swift run failed"; tail -5 "$WORK/log_${1}x${2}sw"
+  fi
+done
+for k in 2x1 1x3 2x3 1x1c5 2x3c7 1x1sw 2x3sw; do
   if [ -n "${out[1x1]:-}" ] && [ "${out[$k]:-}" = "${out[1x1]}" ]; then ok "$k greedy tokens equal 1x1"; else
     bad "$k tokens differ: ${out[$k]:-none} vs ${out[1x1]:-none}"; fi
 done

@@ -22,7 +22,8 @@
 //
 // The plain decode step time is calibrated from the run's first pure decode iterations (the
 // first few tokens of a SWIFT run decode plainly for it); the speedup judged by the auto-off
-// rule is (plain step time x tokens committed) / (time of SWIFT iterations).
+// rule is (plain step time x tokens committed) / (time of SWIFT iterations), per window of
+// swift.speedup_window tokens (see judge()).
 //
 // Threading: the scheduler's thread only.
 #pragma once
@@ -59,6 +60,7 @@ struct SwiftReport {
   std::int64_t committed = 0;      // tokens produced by verify passes (accepted + bonus)
   std::int64_t opt_steps = 0;      // optimisation forwards
   std::int64_t plain_steps = 0;    // plain decode iterations timed for the calibration
+  std::int64_t alternatives = 0;   // accepted tree alternatives (each moved into place in the KV cache)
   int restarts = 0;                // re-entries into optimisation
   double opt_s = 0, draft_s = 0, verify_s = 0;  // iteration round trips by kind
   double plain_step_s = 0;         // calibrated plain decode step (median)
@@ -148,7 +150,7 @@ class SwiftControl {
   // Windows of the auto rules: drafts and accepts since the last acceptance check; tokens
   // and SWIFT time since the last speedup check.
   std::int64_t win_drafts_ = 0, win_accepted_ = 0, win_tokens_ = 0;
-  double win_time_ = 0;
+  double win_time_ = 0, win_accel_time_ = 0;
   std::vector<std::string> notes_;
 };
 

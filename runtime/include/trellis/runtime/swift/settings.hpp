@@ -33,7 +33,7 @@ struct SwiftSettings {
   double reenter_acceptance = 0.5; // acceleration re-enters optimisation when the acceptance rate over a window falls below this
   int acceptance_window = 64;      // draft tokens in that window
   double min_speedup = 1.0;  // drafting is turned off for a stream when the measured speedup stays below this...
-  int speedup_window = 256;  // ...over this many generated tokens
+  int speedup_window = 128;  // ...over this many generated tokens
   std::uint64_t seed = 1;
 };
 
