@@ -26,6 +26,7 @@
 #include "trellis/sim/cluster_spec.hpp"
 #include "trellis/sim/launch.hpp"
 #include "trellis/sim/planner.hpp"
+#include "trellis/sim/swift_estimate.hpp"
 #include "trellis/sim/units.hpp"
 #include "trellis/sim/validate.hpp"
 #include "trellis/topology/discovery.hpp"
@@ -187,6 +188,7 @@ void print_text(const sim::PlanRequest& r, const sim::PlanResult& res, const Pla
                                                 "model trained for them)"
                                               : fmt::format(" (all but {} need a model trained for them)",
                                                             sim::to_string(r.model.trained_variant)));
+  if (r.swift) std::cout << "swift    " << sim::describe_swift(*r.swift) << "\n";
   std::cout << "objective " << objective_line(r) << "\n";
   if (r.slo_tpot_s || r.slo_ttft_s) std::cout << slo_line(r, o);
   std::cout << fmt::format("searched {} layouts in {:.1f} ms: {} within the SLO, {} rejected\n\n", res.evaluated, ms,
@@ -350,6 +352,10 @@ int run_plan(Session&, const PlanOptions& o) {
       for (int i = 0; i < std::min<int>(o.top, static_cast<int>(res.closest.size())); ++i)
         j["closest"].push_back(candidate_json(res.closest[static_cast<std::size_t>(i)]));
     }
+    if (r.swift)
+      j["swift"] = {{"m", r.swift->m}, {"alpha", r.swift->alpha}, {"r", r.swift->r},
+                    {"speedup", sim::swift_speedup(*r.swift)}, {"source", "estimate: Eq. (6), SWIFT paper appendix B.3"},
+                    {"measured", false}, {"description", sim::describe_swift(*r.swift)}};
     if (res.tp_across_hosts) j["tp_across_hosts"] = tp_across_json(*res.tp_across_hosts);
     if (launch) j["launch"] = launch_json(*launch);
     j["rejected_counts"] = rejection_counts(res);
@@ -432,6 +438,14 @@ Action define_plan(CLI::App& sub) {
       ->capture_default_str()
       ->check(CLI::Range(1.0, 100.0));
   sub.add_flag("--no-replicas", o->no_replicas, "Only layouts with p x t = all devices (no data-parallel replicas)");
+  sub.add_flag("--swift", o->swift,
+               fmt::format("Model SWIFT self-speculative decoding: every layout's decode time per token divided by "
+                           "the SWIFT paper's Eq. (6) speedup (an estimate; prefill unchanged). Defaults M={:g}, "
+                           "alpha={:g}, r={:g} (docs/swift.md)",
+                           sim::kSwiftDefaultM, sim::kSwiftDefaultAlpha, sim::kSwiftDefaultR));
+  sub.add_option("--swift-m", o->swift_m, "SWIFT's mean generated length M, tokens per full forward (>= 1; implies --swift)");
+  sub.add_option("--swift-alpha", o->swift_alpha, "SWIFT's token acceptance rate alpha, in (0, 1] (implies --swift)");
+  sub.add_option("--swift-r", o->swift_r, "SWIFT's layer skip ratio r, in [0, 1) (implies --swift)");
   sub.add_option("--svg", o->svg, "Write the throughput-TPOT Pareto frontier per variant to this SVG file");
   sub.add_option("--validate", o->validate, "Compare predictions with measured runs in this JSON file (docs/planner.md)");
   CLI::Option* published =

@@ -18,6 +18,7 @@
 #include "trellis/sim/cluster_spec.hpp"
 #include "trellis/sim/launch.hpp"
 #include "trellis/sim/planner.hpp"
+#include "trellis/sim/swift_estimate.hpp"
 #include "trellis/sim/units.hpp"
 #include "trellis/sim/validate.hpp"
 #include "trellis/topology/discovery.hpp"
@@ -142,6 +143,17 @@ void apply_calibration(sim::PlanRequest& r, const sim::Calibration& cal) {
                                              cal.origin(), c->device, r.cluster.device.name));
 }
 
+// --swift, --swift-m, --swift-alpha, --swift-r: the SWIFT estimate, or nothing.
+std::optional<sim::SwiftEstimate> parse_swift(const PlanOptions& o) {
+  if (!o.swift && o.swift_m.empty() && o.swift_alpha.empty() && o.swift_r.empty()) return std::nullopt;
+  sim::SwiftEstimate e;
+  if (!o.swift_m.empty()) e.m = parse_double(o.swift_m, "--swift-m");
+  if (!o.swift_alpha.empty()) e.alpha = parse_double(o.swift_alpha, "--swift-alpha");
+  if (!o.swift_r.empty()) e.r = parse_double(o.swift_r, "--swift-r");
+  sim::check_swift_estimate(e);
+  return e;
+}
+
 // `cores_per_host` (may be null): the smallest host's cores, 0 when unknown.
 }  // namespace
 
@@ -192,6 +204,7 @@ sim::PlanRequest build_request(const PlanOptions& o, std::optional<sim::Calibrat
     throw_error(ErrorCode::kInvalidArgument, "--sim-model '{}': valid: refined, appendix", o.sim_model);
   r.replicas = !o.no_replicas;
   r.expert_imbalance = o.expert_imbalance;
+  r.swift = parse_swift(o);
   if (cal) apply_calibration(r, *cal);
   return r;
 }

@@ -7,7 +7,7 @@ namespace {
 
 constexpr std::array kGroups = {
     GroupSpec{"bench", "Measure communication, kernels and models"},
-    GroupSpec{"study", "Compare model variants side by side (interconnect studies)"},
+    GroupSpec{"study", "Compare model variants or decoding methods side by side"},
     GroupSpec{"eval", "Evaluate a model's quality (perplexity)"},
 };
 
@@ -50,6 +50,10 @@ constexpr std::array kCommands = {
                 "Time every model variant (standard, parallel, ladder, desync, lp, nocomm) over batch sizes "
                 "on one TP group: Ladder Residual Table 2/6, CSV, SVG chart",
                 &define_study_variants},
+    CommandSpec{"study swift",
+                "Generate each task's prompts plain and with SWIFT self-speculative decoding: the paper's Table 4 "
+                "(M, acceptance, speedup), identical outputs, CSV, Figure 6 SVG",
+                &define_study_swift},
     CommandSpec{"eval ppl",
                 "Perplexity of a model on a text file under any --pp x --tp layout (llama.cpp's windows: "
                 "second half of each --ctx window scored)",

@@ -43,6 +43,7 @@ Action define_bench_kernels(CLI::App& sub);
 Action define_topo(CLI::App& sub);
 Action define_plan(CLI::App& sub);
 Action define_study_variants(CLI::App& sub);
+Action define_study_swift(CLI::App& sub);
 Action define_eval_ppl(CLI::App& sub);
 Action define_verify_model(CLI::App& sub);
 

@@ -31,6 +31,7 @@ Launch launch_commands(const PlanRequest& r, const Candidate& c, const std::vect
   if (c.layout.variant != Variant::kStandard) flags += fmt::format(" --variant {}", to_string(c.layout.variant));
   flags += fmt::format(" --max-seqs {}", c.batch);
   if (c.layout.prefill_chunk > 0) flags += fmt::format(" --prefill-chunk {}", c.layout.prefill_chunk);
+  const std::string swift = r.swift ? " --swift" : "";
   std::map<int, int> on_host;  // replicas started so far per first host (ports)
   for (int i = 0; i < c.replicas; ++i) {
     Launch::Replica rep;
@@ -58,8 +59,8 @@ Launch launch_commands(const PlanRequest& r, const Candidate& c, const std::vect
     const std::string env = rep.devices.empty() ? std::string() : " -x CUDA_VISIBLE_DEVICES=" + rep.devices;
     const std::string mpirun = fmt::format("mpirun -np {} --hostfile hosts.{}{} trellis", ranks, i, env);
     rep.serve = fmt::format("{} serve --model {} {} --port {}", mpirun, out.model, flags, rep.port);
-    rep.run = fmt::format("{} run --model {} {} --workload n={},in={},out={}", mpirun, out.model, flags, c.batch,
-                          r.work.prompt_len, r.work.gen_len);
+    rep.run = fmt::format("{} run --model {} {}{} --workload n={},in={},out={}", mpirun, out.model, flags, swift,
+                          c.batch, r.work.prompt_len, r.work.gen_len);
     out.replicas.push_back(std::move(rep));
   }
   if (checkpoint.empty())
@@ -92,6 +93,10 @@ Launch launch_commands(const PlanRequest& r, const Candidate& c, const std::vect
                                     "no expert parallelism (nor experts): this is a prediction for an engine that "
                                     "has both",
                                     c.layout.ep, c.layout.ep, c.layout.ep / c.layout.t));
+  if (r.swift)
+    out.notes.push_back("the TPOT assumes SWIFT self-speculative decoding, estimated by Eq. (6), not measured: "
+                        "the run line drafts with --swift (serve takes --swift too; greedy requests "
+                        "only)");
   if (c.precision == Precision::kFp8)
     out.notes.push_back("fp8 is predicted for FP8 (e4m3) weights and KV cache on FP8 tensor cores; trellis run and "
                         "serve compute in the checkpoint's own format");
@@ -148,6 +153,7 @@ std::string sbatch_script(const PlanRequest& r, const Candidate& c, const std::s
   if (c.layout.variant != Variant::kStandard) s += fmt::format(" --variant {}", to_string(c.layout.variant));
   s += fmt::format(" --max-seqs {}", c.batch);
   if (c.layout.prefill_chunk > 0) s += fmt::format(" --prefill-chunk {}", c.layout.prefill_chunk);
+  if (r.swift) s += " --swift";
   s += fmt::format(" \\\n  --workload n={},in={},out={} --out \"trellis-$SLURM_JOB_ID.jsonl\"\n", c.batch,
                    r.work.prompt_len, r.work.gen_len);
   return s;

@@ -192,6 +192,7 @@ Candidate evaluate_inputs(const PlanRequest& r, int replicas, const ModelInputs&
   c.precision = r.work.act_bytes >= 4 ? Precision::kF32 : r.work.fp8_linear ? Precision::kFp8 : Precision::kBf16;
   c.needs_trained_model = layout.variant != r.model.trained_variant;
   c.prediction = r.kind == ModelKind::kAppendix ? predict_appendix(in, links.tp.hosts) : predict(in);
+  if (r.swift && c.prediction.feasible) apply_swift(*r.swift, in.work, c.prediction);
   c.total_tokens_per_s = replicas * c.prediction.tokens_per_s;
   c.tp_link = describe_tp_link(links);
   c.tp_hosts = links.tp.ranks > 1 ? links.tp.hosts : 1;
@@ -399,6 +400,7 @@ PlanResult plan(const PlanRequest& r) {
   if (n > r.cluster.ranks())
     throw_error(ErrorCode::kInvalidArgument, "--gpus {}: the cluster has only {} devices", n, r.cluster.ranks());
   if (n < 1) throw_error(ErrorCode::kInvalidArgument, "--gpus must be >= 1");
+  if (r.swift) check_swift_estimate(*r.swift);
   res.warnings = r.cluster.warnings;
   auto listed = [&](Variant v) { return std::find(r.variants.begin(), r.variants.end(), v) != r.variants.end(); };
   // Variants only change TP communication: with t = 1 they all cost the same, so one of them

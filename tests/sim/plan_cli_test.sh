@@ -236,4 +236,17 @@ else echo "ok   sbatch-replicas (1)"; fi
 check sbatch-stdout 0 '^#!/bin/bash' -- "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --sbatch -
 "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --sbatch - | grep -q 'why #1' && { echo "FAIL sbatch-stdout: table printed too"; fail=1; }
 check sbatch-json-stdout 1 'both want stdout' -- "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --sbatch - --json
+# SWIFT (Eq. 6 estimate): said in the header and the JSON, the run line drafts, bad values
+# are refused with the flag named.
+check swift-text 0 'SWIFT decode: estimate from Eq\. \(6\) with M=2\.50, α=0\.90, r=0\.20 \(not measured on this cluster\)' -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --swift --top 2
+check swift-run-line 0 'trellis run --model .* --swift --workload' -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --swift-m 4 --top 1
+check swift-json 0 '"measured": false' -- "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --swift-alpha 0.95 --json --top 1
+check swift-bad-alpha 1 '--swift-alpha: the acceptance rate must be in \(0, 1\] \(got 1.5\)' -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --swift-alpha 1.5
+check swift-bad-m 1 '--swift-m: the mean generated length M must be >= 1' -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --swift --swift-m 0.5
+check swift-bad-r 1 '--swift-r: .* is not a finite number' -- \
+  "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --swift-r abc
 exit $fail

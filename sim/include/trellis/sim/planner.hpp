@@ -15,6 +15,7 @@
 #include "trellis/sim/catalog.hpp"
 #include "trellis/sim/cluster.hpp"
 #include "trellis/sim/cost_model.hpp"
+#include "trellis/sim/swift_estimate.hpp"
 
 namespace trellis::sim {
 
@@ -73,6 +74,9 @@ struct PlanRequest {
   double expert_imbalance = kDefaultExpertImbalance;
   ModelKind kind = ModelKind::kRefined;
   bool replicas = true;             // also consider d > 1 data-parallel replicas
+  // SWIFT self-speculative decoding (swift_estimate.hpp): every layout's TPOT is divided by
+  // Eq. (6)'s speedup and its decode throughput multiplied by it; TTFT is kept. An estimate.
+  std::optional<SwiftEstimate> swift;
 };
 
 struct Candidate {
