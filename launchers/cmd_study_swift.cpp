@@ -217,6 +217,9 @@ int run_study_swift(Session& s, SwiftStudyOptions& o) {
   }
   Config plain_cfg = s.config, swift_cfg = s.config;
   plain_cfg.set("run.swift", "false", SettingSource::kFlag, "study swift (plain run)");
+  // The same kernel arithmetic in both runs: SWIFT turns batch-invariant matmuls on, so the
+  // plain baseline has them too (its prefill would otherwise round differently).
+  plain_cfg.set("kernels.batch_invariant", "true", SettingSource::kFlag, "study swift (plain run)");
   swift_cfg.set("run.swift", "true", SettingSource::kFlag, "study swift (SWIFT run)");
   o.gen.progress = false;
   runtime::SwiftStudy study;

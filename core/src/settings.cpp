@@ -225,6 +225,10 @@ constexpr std::array kSettings = {
     SettingSpec{"run.channel_slot_bytes", T::kSize, "1MiB",
                 "Slot size of the in-host scheduling channel (largest scheduling output)", "",
                 4 * kKiB, kGiB},
+    SettingSpec{"kernels.batch_invariant", T::kBool, "false",
+                "Every matmul row computed as if alone (the small-M kernel's order for any batch): outputs "
+                "independent of what else is batched, slower long prefills; on whenever run.swift is",
+                "TRELLIS_KERNELS_BATCH_INVARIANT", 0, 0},
     // SWIFT self-speculative decoding (docs/swift.md; paper defaults where it gives them).
     SettingSpec{"run.swift", T::kBool, "false",
                 "SWIFT self-speculative decoding for greedy requests (a prompt's \"swift\" field overrides it)",

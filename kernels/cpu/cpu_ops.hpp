@@ -29,6 +29,9 @@ struct GemmArgs {
 // Streams B once for all (few) rows of A; the decode path. M <= kGemvMaxRows.
 inline constexpr std::int64_t kGemvMaxRows = 8;
 void gemv(ThreadPool& pool, const GemmArgs& g);
+// gemv's arithmetic for any M (chunks of 4 rows): a row's result does not depend on the
+// other rows (Context::batch_invariant).
+void gemv_invariant(ThreadPool& pool, const GemmArgs& g);
 // Our cache-blocked AVX-512 GEMM: B packed to f32 panels (converting bf16/f16 on the way).
 void gemm_packed(ThreadPool& pool, const GemmArgs& g);
 // OpenBLAS cblas_sgemm; non-f32 B is converted to f32 in row blocks first.

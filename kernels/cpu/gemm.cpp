@@ -305,6 +305,49 @@ void gemv(ThreadPool& pool, const GemmArgs& g) {
   dispatch_dtype(g.b_type, "matmul", [&]<typename E>() { gemv_dispatch<E>(pool, g); });
 }
 
+void gemv_invariant(ThreadPool& pool, const GemmArgs& g) {
+#ifdef TRELLIS_KERNELS_AVX512
+  if (g.m == 1) return gemv(pool, g);
+  // Rows in chunks of 4 with the M <= 4 kernel (NB = 4, as M = 1 uses): each output element
+  // is reduced in the same order as when its row is alone. A block of 256 weight rows is
+  // kept in L2 while every chunk of activation rows passes over it.
+  dispatch_dtype(g.b_type, "matmul", [&]<typename E>() {
+    std::vector<float> xd;
+    if constexpr (std::is_same_v<E, BF16>) xd = deinterleave_x(g);
+    const std::int64_t k32 = g.k / 32 * 32;
+    pool.parallel_for((g.n + 63) / 64, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t c = lo; c < hi; c += 4) {
+        const std::int64_t n0 = c * 64, n1 = std::min(std::min(hi, c + 4) * 64, g.n);
+        for (std::int64_t r = 0; r < g.m; r += 4) {
+          GemmArgs s = g;
+          s.m = std::min<std::int64_t>(4, g.m - r);
+          s.a = g.a + r * g.lda;
+          s.c = g.c + r * g.ldc;
+          const float* x = xd.empty() ? nullptr : xd.data() + r * k32;
+          switch (s.m) {
+            case 1: gemv_rows<E, 1, 4>(s, n0, n1, x); break;
+            case 2: gemv_rows<E, 2, 4>(s, n0, n1, x); break;
+            case 3: gemv_rows<E, 3, 4>(s, n0, n1, x); break;
+            default: gemv_rows<E, 4, 4>(s, n0, n1, x); break;
+          }
+        }
+        poll_progress();
+      }
+    });
+  });
+#else
+  // Without AVX-512 every path is the scalar loop of gemv_rows (one order per element) for
+  // M <= 8; larger M goes through BLAS, whose order may differ: chunk it the same way.
+  for (std::int64_t r = 0; r < g.m; r += kGemvMaxRows) {
+    GemmArgs s = g;
+    s.m = std::min<std::int64_t>(kGemvMaxRows, g.m - r);
+    s.a = g.a + r * g.lda;
+    s.c = g.c + r * g.ldc;
+    gemv(pool, s);
+  }
+#endif
+}
+
 void gemm_packed(ThreadPool& pool, const GemmArgs& g) {
 #ifdef TRELLIS_KERNELS_AVX512
   std::int64_t col_blocks = (g.n + kNr - 1) / kNr;

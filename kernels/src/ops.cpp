@@ -57,7 +57,7 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
   if (c.rows() != a.rows() || c.cols() != b.rows())
     throw_error(ErrorCode::kInvalidArgument, "matmul: output {} should be [{}, {}] for input {} and weight {}",
                 c.describe(), a.rows(), b.rows(), a.describe(), b.describe());
-  if (opt.algo == MatmulAlgo::kGemv && a.rows() > cpu::kGemvMaxRows)
+  if (opt.algo == MatmulAlgo::kGemv && a.rows() > cpu::kGemvMaxRows && !ctx.batch_invariant())
     throw_error(ErrorCode::kInvalidArgument, "matmul: the gemv algorithm takes at most {} rows; input {} has {}",
                 cpu::kGemvMaxRows, a.describe(), a.rows());
   if (is_quantized(b.dtype) && (b.cols() % 32 != 0 || b.row_stride() % 32 != 0))
@@ -88,6 +88,9 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
     cpu::quant_matmul(ctx.pool(), g);  // one algorithm: llama.cpp's arithmetic, whatever opt.algo says
     return;
   }
+  // Batch invariance: the small-M arithmetic for every M (cpu::gemv_invariant).
+  if (ctx.batch_invariant() && (opt.algo == MatmulAlgo::kAuto || opt.algo == MatmulAlgo::kGemv))
+    return cpu::gemv_invariant(ctx.pool(), g);
   cpu::matmul(ctx.pool(), g, opt.algo);
 }
 

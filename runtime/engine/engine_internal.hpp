@@ -7,6 +7,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 
 #include "locked_transport.hpp"
@@ -193,11 +194,35 @@ void wait_request(transport::Request& r, Deadline deadline, const FailureFlag& f
 // or this process's when the engine runs every rank in one process (tests).
 std::string ring_name(const EngineOptions& opt, int leader, int host);
 
-// Top `k` (token, softmax probability) of each column of zt (vocab x batch, column-wise),
-// most probable first, appended to tokens/probs (k per column; -1/0 pads a tiny vocabulary).
-// k = 1: the arg-max only, probability not computed (1).
-void top_candidates(const float* zt, int vocab, int batch, int k, std::vector<std::int32_t>& tokens,
+// Top `k` (token, softmax probability) of columns [b0, b1) of zt (vocab x batch,
+// column-wise), most probable first, appended to tokens/probs as kSwiftTopK entries per
+// column (-1/0 pad). k = 1: the arg-max only, probability not computed (1).
+void top_candidates(const float* zt, int vocab, int batch, int b0, int b1, int k, std::vector<std::int32_t>& tokens,
                     std::vector<float>& probs);
+
+// The sampler's answers to SWIFT iterations, per group and column (swift_rows.cpp): top
+// candidates for greedy sequences, speculative sampling for sampled ones.
+class SwiftRows {
+ public:
+  SwiftRows(int vocab, int groups, int max_cols);
+  // A new sequence in (group, col): its own random stream, no kept draft distributions.
+  void bind(int group, int col, const SamplingParams& p);
+  // kSwiftTopK (token, probability) entries per logits row of the SWIFT iteration `in`
+  // (zt: vocab x batch, its rows), see swift_rows.cpp.
+  void answer(const StageInput& in, const PenaltyState& state, const float* zt, int batch,
+              std::vector<std::int32_t>& tokens, std::vector<float>& probs);
+
+ private:
+  struct Col {
+    std::mt19937_64 rng;
+    std::vector<std::vector<float>> q;  // this cycle's draft distributions, in order
+  };
+  void column(const float* zt, int batch, int b);  // z_ = column b
+  int vocab_;
+  std::vector<std::vector<Col>> cols_;
+  std::vector<float> z_;
+  std::vector<std::int32_t> idx_;
+};
 
 // The sampling side of the last stage: p penalty states, the sampler pool, the column-wise
 // logits buffer whose row blocks receive the TP shards. Used by the sampler thread
@@ -230,6 +255,7 @@ class SamplerStage {
   std::vector<std::int32_t> columns_, out_;  // state columns of the sampled sequences; tokens
   std::vector<std::int32_t> cand_tokens_;
   std::vector<float> cand_probs_;
+  SwiftRows swift_;
 };
 
 }  // namespace trellis::runtime::detail

@@ -133,6 +133,10 @@ SwiftConfig swift_config(const Config& config, const ModelConfig& cfg, const Var
                       to_string(variant.kind));
   else if (use_gpu)
     why = "the GPU backend has no token-tree attention kernel yet; run SWIFT with --device cpu";
+  else if (config.get_string("model.weights_format") == "native")
+    why = "model.weights_format=native multiplies block-quantised weights with a kernel for one row and another "
+          "for several, which round differently, so a verified token could differ from plain decoding; use "
+          "model.weights_format=dequant (the default)";
   else {
     try {
       swift::check_model_skippable(cfg.num_layers, s);
@@ -141,6 +145,7 @@ SwiftConfig swift_config(const Config& config, const ModelConfig& cfg, const Var
     }
   }
   c.allowed = why.empty();
+  c.invariant = c.enabled || config.get_bool("kernels.batch_invariant");
   if (c.enabled && !c.allowed) throw_error(ErrorCode::kUnsupported, "--swift: {}", why);
   return c;
 }
@@ -266,6 +271,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
                 "run.prefill_chunk (--prefill-chunk) of {} tokens is more than an iteration holds "
                 "(run.max_iteration_tokens {})", sc.prefill_chunk, sc.max_iteration_tokens);
   sc.swift = swift;
+  sc.swift.tp = o.tp;
   // A SWIFT iteration has a logits row per tree node or scored token of each sequence.
   if (swift.allowed)
     eo.max_logit_rows = sc.max_seqs_per_group * std::max(swift.settings.gamma, swift.max_tree);
@@ -294,6 +300,12 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
     if (me == 0 && device_choice == DeviceChoice::kAuto && !cuda_info.gpus.empty())
       spdlog::info("device: cpu (--device auto and not every rank sees a GPU)");
     j->ctx = std::make_unique<kernels::Context>(static_cast<int>(config.get_int("kernels.threads")));
+    // SWIFT verifies a token inside a tree of several rows; it must get the logits plain
+    // decoding gives it alone (kernels/context.hpp).
+    if (config.get_bool("kernels.batch_invariant") || swift.enabled) {
+      j->ctx->set_batch_invariant(true);
+      if (me == 0) spdlog::info("kernels: batch-invariant matmuls{}", swift.enabled ? " (run.swift)" : "");
+    }
   }
   progress.step(fmt::format("loading each rank's shard (rank 0: layers {}-{})", lo.first_layer, lo.last_layer - 1));
   j->model = std::make_unique<LlamaModel>(*reader, cfg, *timed, *j->ctx, lo);

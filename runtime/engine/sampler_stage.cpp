@@ -106,32 +106,34 @@ SamplerStage::SamplerStage(int rank, const EngineGrid& grid, transport::Link* co
                            int max_cols, int max_rows, int threads, const EngineOptions& opt, const FailureFlag& failed,
                            Tracer& trace, Lane lane)
     : rank_(rank), grid_(grid), shard_links_(shard_links, shard_links + grid.tp), vocab_(vocab), opt_(opt),
-      failed_(failed), trace_(trace), lane_(lane), sampler_(vocab, max_cols, threads), zt_(vocab, max_rows) {
+      failed_(failed), trace_(trace), lane_(lane), sampler_(vocab, max_cols, threads), zt_(vocab, max_rows),
+      swift_(vocab, grid.pp, max_cols) {
   for (int g = 0; g < grid.pp; ++g) states_.emplace_back(vocab, max_cols);
 }
 
-void top_candidates(const float* zt, int vocab, int batch, int k, std::vector<std::int32_t>& tokens,
+void top_candidates(const float* zt, int vocab, int batch, int b0, int b1, int k, std::vector<std::int32_t>& tokens,
                     std::vector<float>& probs) {
   std::vector<std::pair<float, std::int32_t>> best;
-  if (k == 1) {  // the arg-max alone (lowest id on ties, as greedy sampling); no softmax
-    for (int b = 0; b < batch; ++b) {
+  const auto at = [&](int v, int b) { return zt[static_cast<std::size_t>(v) * batch + b]; };
+  for (int b = b0; b < b1; ++b) {
+    if (k == 1) {  // the arg-max alone (lowest id on ties, as greedy sampling); no softmax
       int arg = 0;
       for (int v = 1; v < vocab; ++v)
-        if (zt[static_cast<std::size_t>(v) * batch + b] > zt[static_cast<std::size_t>(arg) * batch + b]) arg = v;
+        if (at(v, b) > at(arg, b)) arg = v;
       tokens.push_back(arg);
       probs.push_back(1.0f);  // not computed
+      tokens.insert(tokens.end(), kSwiftTopK - 1, -1);
+      probs.insert(probs.end(), kSwiftTopK - 1, 0.0f);
+      continue;
     }
-    return;
-  }
-  for (int b = 0; b < batch; ++b) {
     float mx = -std::numeric_limits<float>::infinity();
-    for (int v = 0; v < vocab; ++v) mx = std::max(mx, zt[static_cast<std::size_t>(v) * batch + b]);
+    for (int v = 0; v < vocab; ++v) mx = std::max(mx, at(v, b));
     double sum = 0;
     best.clear();
     // A min-heap of the k largest logits (ties: the lower id wins, as greedy sampling does).
     const auto worse = [](const auto& a, const auto& c) { return a.first > c.first || (a.first == c.first && a.second < c.second); };
     for (int v = 0; v < vocab; ++v) {
-      const float z = zt[static_cast<std::size_t>(v) * batch + b];
+      const float z = at(v, b);
       sum += std::exp(static_cast<double>(z - mx));
       if (static_cast<int>(best.size()) < k) {
         best.emplace_back(z, v);
@@ -143,7 +145,7 @@ void top_candidates(const float* zt, int vocab, int batch, int k, std::vector<st
       }
     }
     std::sort_heap(best.begin(), best.end(), worse);  // most probable first
-    for (int i = 0; i < k; ++i) {
+    for (int i = 0; i < kSwiftTopK; ++i) {
       const bool have = i < static_cast<int>(best.size());
       tokens.push_back(have ? best[static_cast<std::size_t>(i)].second : -1);
       probs.push_back(have ? static_cast<float>(std::exp(static_cast<double>(best[static_cast<std::size_t>(i)].first - mx)) / sum)
@@ -181,7 +183,10 @@ const std::vector<std::int32_t>& SamplerStage::run(const StageInput& in, const f
     off += tokens.size();
     // A new sequence binds its column with its (first chunk of) prompt; later chunks of the
     // prompt extend the marks the repetition penalty looks at.
-    if (in.fresh[j]) state.bind(in.columns[j], in.params[j], tokens);
+    if (in.fresh[j]) {
+      state.bind(in.columns[j], in.params[j], tokens);
+      swift_.bind(in.group, in.columns[j], in.params[j]);
+    }
     else if (in.prompt[j]) state.extend_prompt(in.columns[j], tokens);
     if (in.sampled[j]) columns_.push_back(in.columns[j]);
   }
@@ -203,21 +208,7 @@ const std::vector<std::int32_t>& SamplerStage::run(const StageInput& in, const f
   if (B > 0 && n_sampled == 0) {  // SWIFT rows: each row's top candidates, no draw
     Tracer::Span span(trace_, lane_, TraceCat::kSample, "swift candidates", in.iteration);
     out_.clear();
-    // A draft (skip set, no tree) needs each row's top candidates and probabilities (the
-    // confidence and the tree's alternatives); a verify or an optimisation step only the
-    // target's or the draft's greedy token, so it skips the softmax over the vocabulary.
-    const bool draft = !in.skip.empty() && in.parents.empty();
-    top_candidates(zt_.data(), vocab_, B, draft ? kSwiftTopK : 1, cand_tokens_, cand_probs_);
-    if (!draft) {  // pad to kSwiftTopK entries per row
-      std::vector<std::int32_t> t(static_cast<std::size_t>(B) * kSwiftTopK, -1);
-      std::vector<float> p(t.size(), 0.0f);
-      for (int b = 0; b < B; ++b) {
-        t[static_cast<std::size_t>(b) * kSwiftTopK] = cand_tokens_[static_cast<std::size_t>(b)];
-        p[static_cast<std::size_t>(b) * kSwiftTopK] = cand_probs_[static_cast<std::size_t>(b)];
-      }
-      cand_tokens_.swap(t);
-      cand_probs_.swap(p);
-    }
+    swift_.answer(in, state, zt_.data(), B, cand_tokens_, cand_probs_);
     return out_;
   }
   out_.resize(static_cast<std::size_t>(B));

@@ -116,17 +116,20 @@ void PenaltyState::apply_penalties(int col, float* zt, int batch, int zcol) cons
   }
 }
 
-std::int32_t sample_token(std::span<const float> z, const SamplingParams& p, double u,
-                          std::vector<std::int32_t>& idx) {
+namespace {
+
+// The candidates sample_token draws from: idx[0..keep) sorted by logit (ties: lower id),
+// after top-k, top-p and min-p; weight of candidate i is exp(z[idx[i]] / T - m), summing to
+// `kept`. Temperature is a positive scale, so the order of z/T equals the order of z; only
+// the surviving candidates are divided.
+struct Kept {
+  int keep = 0;
+  float T = 1, m = 0;
+  double kept = 0;
+};
+
+Kept kept_candidates(std::span<const float> z, const SamplingParams& p, std::vector<std::int32_t>& idx) {
   const int V = static_cast<int>(z.size());
-  if (p.is_greedy()) {
-    int best = 0;
-    for (int v = 1; v < V; ++v)
-      if (z[static_cast<std::size_t>(v)] > z[static_cast<std::size_t>(best)]) best = v;
-    return best;
-  }
-  // Temperature is a positive scale, so the order of z/T equals the order of z; only the
-  // surviving candidates are divided.
   auto before = [&](std::int32_t a, std::int32_t b) {
     float za = z[static_cast<std::size_t>(a)], zb = z[static_cast<std::size_t>(b)];
     return za > zb || (za == zb && a < b);
@@ -140,15 +143,17 @@ std::int32_t sample_token(std::span<const float> z, const SamplingParams& p, dou
   } else {
     std::sort(idx.begin(), idx.end(), before);
   }
-  const float T = p.temperature;
-  const float m = z[static_cast<std::size_t>(idx[0])] / T;
+  Kept k;
+  k.T = p.temperature;
+  k.m = z[static_cast<std::size_t>(idx[0])] / k.T;
+  auto w = [&](int i) { return std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / k.T - k.m)); };
   double total = 0;
-  for (int i = 0; i < n; ++i) total += std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / T - m));
+  for (int i = 0; i < n; ++i) total += w(i);
   int keep = n;
   if (p.top_p < 1.0f) {
     double cum = 0, need = static_cast<double>(p.top_p) * total;
     for (int i = 0; i < n; ++i) {
-      cum += std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / T - m));
+      cum += w(i);
       if (cum >= need) {
         keep = i + 1;
         break;
@@ -156,18 +161,48 @@ std::int32_t sample_token(std::span<const float> z, const SamplingParams& p, dou
     }
   }
   if (p.min_p > 0.0f) {
-    int k = 1;
-    while (k < keep && std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(k)])] / T - m)) >= static_cast<double>(p.min_p)) ++k;
-    keep = k;
+    int j = 1;
+    while (j < keep && w(j) >= static_cast<double>(p.min_p)) ++j;
+    keep = j;
   }
-  double kept = 0;
-  for (int i = 0; i < keep; ++i) kept += std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / T - m));
-  double target = u * kept, cum = 0;
-  for (int i = 0; i < keep; ++i) {
-    cum += std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / T - m));
+  k.keep = keep;
+  for (int i = 0; i < keep; ++i) k.kept += w(i);
+  return k;
+}
+
+}  // namespace
+
+std::int32_t sample_token(std::span<const float> z, const SamplingParams& p, double u,
+                          std::vector<std::int32_t>& idx) {
+  const int V = static_cast<int>(z.size());
+  if (p.is_greedy()) {
+    int best = 0;
+    for (int v = 1; v < V; ++v)
+      if (z[static_cast<std::size_t>(v)] > z[static_cast<std::size_t>(best)]) best = v;
+    return best;
+  }
+  const Kept k = kept_candidates(z, p, idx);
+  double target = u * k.kept, cum = 0;
+  for (int i = 0; i < k.keep; ++i) {
+    cum += std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / k.T - k.m));
     if (cum > target) return idx[static_cast<std::size_t>(i)];
   }
-  return idx[static_cast<std::size_t>(keep - 1)];
+  return idx[static_cast<std::size_t>(k.keep - 1)];
+}
+
+void sampling_distribution(std::span<const float> z, const SamplingParams& p, std::vector<std::int32_t>& idx,
+                           std::vector<float>& probs) {
+  probs.assign(z.size(), 0.0f);
+  if (p.is_greedy()) {
+    std::vector<std::int32_t> unused;
+    probs[static_cast<std::size_t>(sample_token(z, p, 0.0, unused))] = 1.0f;
+    return;
+  }
+  const Kept k = kept_candidates(z, p, idx);
+  for (int i = 0; i < k.keep; ++i) {
+    const auto t = static_cast<std::size_t>(idx[static_cast<std::size_t>(i)]);
+    probs[t] = static_cast<float>(std::exp(static_cast<double>(z[t] / k.T - k.m)) / k.kept);
+  }
 }
 
 Sampler::Sampler(int vocab, int max_columns, int threads) : vocab_(vocab) {

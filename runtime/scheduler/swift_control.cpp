@@ -35,9 +35,12 @@ bool SwiftControl::wants(const Request& r) const {
 
 std::optional<std::string> SwiftControl::refusal(const Request& r) const {
   if (!r.swift.value_or(cfg_.enabled)) return std::nullopt;
-  if (!r.sampling.is_greedy() || r.sampling.has_penalties())
-    return std::string("SWIFT drafts only greedy requests without penalties (speculative sampling is not wired to "
-                       "the engine's sampler yet); this one decodes plainly");
+  if (!cfg_.invariant)
+    return std::string("\"swift\": true needs --swift (or kernels.batch_invariant=true) so that a verified token gets "
+                       "the logits plain decoding gives it; this one decodes plainly");
+  if (r.sampling.has_penalties())
+    return std::string("SWIFT does not draft requests with frequency, presence or repetition penalties (the "
+                       "penalties of a draft token depend on the path it is on); this one decodes plainly");
   return std::nullopt;
 }
 
@@ -59,7 +62,10 @@ void SwiftControl::observe_plain(double round_trip_s) {
 
 SwiftControl::Action SwiftControl::next_action(const SeqView& v, SeqState& st) const {
   const int gamma = cfg_.settings.gamma;
-  if (st.steps.empty() && !st.scored && !opt_->finished() && static_cast<int>(v.output->size()) > gamma &&
+  // One optimisation step before each decoding step of the stream (a verify pass), not one
+  // per sequence: the optimiser is the run's, and at batch B per-sequence steps would cost B
+  // γ-token forwards per decoding step.
+  if (st.steps.empty() && opt_due_ && !opt_->finished() && static_cast<int>(v.output->size()) > gamma &&
       v.len >= gamma)
     return Action::kOptimise;
   if (st.steps.empty()) return Action::kDraft;
@@ -109,6 +115,7 @@ bool SwiftControl::plan(std::span<const SeqView> seqs, ScheduleOutput& s, double
         toks.push_back(pi < p.size() ? p[pi] : o[pi - p.size()]);
       }
       st.candidate = opt_->propose();
+      opt_due_ = false;
       st.opt_last = v.next_token;
       add_seq(s, v, st, first, toks);
       auto& q = s.seqs.back();
@@ -157,6 +164,13 @@ std::vector<SwiftControl::Commit> SwiftControl::complete(const ScheduleOutput& s
   (optimising ? rep_.opt_s : drafting ? rep_.draft_s : rep_.verify_s) += round_trip_s;
   win_time_ += round_trip_s;
   if (!optimising) win_accel_time_ += round_trip_s;
+  // Communication saved (issue 16: count it): every skipped sub-layer of a draft or scoring
+  // forward is one all-reduce its stage's TP group did not do, once per iteration.
+  if (!s.skip.empty()) {
+    const int skipped = swift::count_skipped(s.skip);
+    rep_.sublayers_skipped += skipped;
+    if (cfg_.tp > 1) rep_.reductions_saved += skipped;
+  }
   std::vector<Commit> out;
   std::size_t row = 0;
   for (const auto& q : s.seqs) {
@@ -178,7 +192,6 @@ std::vector<SwiftControl::Commit> SwiftControl::complete(const ScheduleOutput& s
       const bool was_running = !opt_->finished();
       opt_->report(st.candidate, m);
       ++rep_.opt_steps;
-      st.scored = true;
       rep_.timeline.push_back({now - t0_, opt_->best_matchness(), 0});
       if (was_running && opt_->finished())
         notes_.push_back(fmt::format("swift: optimisation finished after {} steps ({}); skip set {} ({} of {} "
@@ -220,7 +233,7 @@ std::vector<SwiftControl::Commit> SwiftControl::complete(const ScheduleOutput& s
     win_accepted_ += static_cast<std::int64_t>(acc.nodes.size());
     win_tokens_ += static_cast<std::int64_t>(acc.tokens.size());
     st.steps.clear();
-    st.scored = false;
+    opt_due_ = true;
     out.push_back(Commit{q.id, acc.tokens, static_cast<std::int32_t>(1 + acc.nodes.size())});
   }
   if (!optimising && !drafting && !out.empty()) {

@@ -101,6 +101,8 @@ std::string to_text(const RunSummary& s) {
                      100 * w.opt_s / t, w.opt_steps, w.stop_reason.empty() ? ", still running" : ", " + w.stop_reason,
                      100 * w.draft_s / t, 100 * w.verify_s / t, w.measured_speedup(), format_seconds(w.plain_step_s),
                      w.turned_off ? " · turned off: " + w.off_reason : "");
+    if (w.reductions_saved > 0)
+      o += fmt::format("swift: {} TP all-reduces saved by the drafts' skipped sub-layers\n", w.reductions_saved);
   }
   for (const auto& n : s.notes) o += fmt::format("note: {}\n", n);
   if (!s.trace_path.empty())
@@ -149,6 +151,8 @@ std::string to_json_text(const RunSummary& s) {
                   {"draft_steps", w.draft_steps},
                   {"accepted", w.accepted},
                   {"accepted_alternatives", w.alternatives},
+                  {"sublayers_skipped", w.sublayers_skipped},
+                  {"all_reduces_saved", w.reductions_saved},
                   {"verify_passes", w.verify_passes},
                   {"committed_tokens", w.committed},
                   {"optimisation_steps", w.opt_steps},

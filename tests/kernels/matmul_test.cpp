@@ -1,5 +1,6 @@
 // matmul against a double-precision reference, for every algorithm, weight dtype and a set
 // of odd shapes (tails in every blocking dimension), plus strided views and beta.
+#include <cstring>
 #include <gtest/gtest.h>
 
 #include <tuple>
@@ -125,6 +126,34 @@ TEST(Matmul, ShapeErrorsNameTheTensors) {
   Tensor bad_out = Tensor::zeros(DType::kF32, {2, 5});
   Tensor w8 = Tensor::zeros(DType::kF32, {4, 8});
   EXPECT_THROW(matmul(ctx, x, w8, bad_out), Error);
+}
+
+// Context::batch_invariant: every row of an M-row product equals, bit for bit, the product of
+// that row alone (what SWIFT's verification relies on), for f32 and bf16 weights, K with and
+// without a tail, N not a multiple of the column block, and M across the 8-row gemv limit.
+TEST(Matmul, BatchInvariantRowsEqualTheRowAlone) {
+  for (int threads : {1, 2}) {
+    Context ctx(threads);
+    ctx.set_batch_invariant(true);
+    for (DType t : {DType::kF32, DType::kBF16}) {
+      for (std::int64_t k : {64, 70, 576}) {
+        const std::int64_t n = 300;
+        auto ws = store(random_floats(static_cast<std::size_t>(n * k), 3), t, n, k);
+        for (std::int64_t m : {2, 5, 9, 17, 40}) {
+          auto xs = random_floats(static_cast<std::size_t>(m * k), 4 + static_cast<std::uint32_t>(m));
+          auto x = test::f32_tensor(xs, m, k);
+          Tensor y = Tensor::zeros(DType::kF32, {m, n}), y1 = Tensor::zeros(DType::kF32, {1, n});
+          matmul(ctx, x.view(), ws.tensor.view(), y.view());
+          for (std::int64_t i = 0; i < m; ++i) {
+            matmul(ctx, x.view().slice_rows(i, 1), ws.tensor.view(), y1.view());
+            ASSERT_EQ(std::memcmp(y.view().row_ptr(i), y1.view().row_ptr(0), static_cast<std::size_t>(n) * 4), 0)
+                << to_string(t) << " k " << k << " m " << m << " row " << i << " threads " << threads;
+          }
+        }
+      }
+    }
+  }
+  // (Without the mode, M = 9 already differs from the row alone here: the GEMM path.)
 }
 
 }  // namespace

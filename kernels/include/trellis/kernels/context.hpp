@@ -118,12 +118,21 @@ class Context {
   // context's device.
   void check_device(const char* op, const TensorView& v) const;
 
+  // Batch invariance (CPU): every matmul row gets bit-for-bit the result it would get alone,
+  // whatever the other rows of its batch — the small-M kernel's arithmetic for any M (in
+  // chunks of 4 rows) instead of the GEMM's for M > 8. SWIFT needs it: a token verified in a
+  // tree must get the logits plain decoding gives it. Off by default (the GEMM is faster
+  // for long prefills). Block-quantised weights (WeightsFormat::kNative) are not covered.
+  void set_batch_invariant(bool on) { batch_invariant_ = on; }
+  bool batch_invariant() const { return batch_invariant_; }
+
  private:
   struct CudaStateDeleter {
     void operator()(CudaState* s) const noexcept;
   };
   Device device_ = Device::kCpu;
   int gpu_ = -1;
+  bool batch_invariant_ = false;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<CudaState, CudaStateDeleter> cuda_;
 };

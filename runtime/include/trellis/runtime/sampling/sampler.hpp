@@ -103,6 +103,11 @@ class PenaltyState {
 // order); greedy takes the arg-max (lowest id on ties). `scratch` is reused between calls.
 std::int32_t sample_token(std::span<const float> z, const SamplingParams& params, double u,
                           std::vector<std::int32_t>& scratch);
+// The distribution sample_token draws from for `params` (after temperature, top-k, top-p and
+// min-p), as probabilities over the whole vocabulary (0 outside the kept candidates; greedy:
+// 1 on the arg-max). SWIFT's speculative sampling compares the draft's and the target's.
+void sampling_distribution(std::span<const float> z, const SamplingParams& params, std::vector<std::int32_t>& scratch,
+                           std::vector<float>& probs);
 
 class Sampler {
  public:

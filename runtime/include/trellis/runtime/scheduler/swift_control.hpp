@@ -4,8 +4,9 @@
 // A SWIFT sequence never takes a plain decode step once it runs. Each cycle is
 //   [optimise]  one draft forward with a candidate skip set over the last γ committed tokens
 //               (their new K/V go to scratch positions past the sequence), scored by Eq. (4)
-//               matchness; only while the run's optimiser has not finished, and once the
-//               sequence has generated more than γ tokens;
+//               matchness; only while the run's optimiser has not finished, once the
+//               sequence has generated more than γ tokens, and once per decoding step of the
+//               whole stream (one sequence scores for all);
 //   draft x j   one token per iteration with the best skip set, until the draft's top-1
 //               probability falls below ε or N_D tokens (or the tree would not fit);
 //   verify      one forward of the full model over the token tree (input token + the draft
@@ -46,10 +47,12 @@ namespace trellis::runtime {
 struct SwiftConfig {
   bool enabled = false;       // --swift: requests without a "swift" field draft
   bool allowed = false;       // the run can draft at all (a layout and model that support it)
+  bool invariant = true;      // the kernels are batch-invariant (kernels.batch_invariant or run.swift)
   swift::SwiftSettings settings;
   int num_layers = 0;
   int max_tree = 64;          // tree nodes verified per sequence at most (swift.max_tree)
   int calibration_steps = 4;  // plain decode iterations timed before drafting starts
+  int tp = 1;                 // TP ranks per stage (a skipped sub-layer saves an all-reduce when > 1)
 };
 
 // What the summary, --json and `trellis study swift` report (paper appendix B.3).
@@ -60,6 +63,8 @@ struct SwiftReport {
   std::int64_t committed = 0;      // tokens produced by verify passes (accepted + bonus)
   std::int64_t opt_steps = 0;      // optimisation forwards
   std::int64_t plain_steps = 0;    // plain decode iterations timed for the calibration
+  std::int64_t reductions_saved = 0;  // TP all-reduces the drafts' skipped sub-layers did not do
+  std::int64_t sublayers_skipped = 0; // sub-layer computations left out (drafts and optimisation)
   std::int64_t alternatives = 0;   // accepted tree alternatives (each moved into place in the KV cache)
   int restarts = 0;                // re-entries into optimisation
   double opt_s = 0, draft_s = 0, verify_s = 0;  // iteration round trips by kind
@@ -130,7 +135,6 @@ class SwiftControl {
   enum class Action { kNone, kOptimise, kDraft, kVerify };
   struct SeqState {
     std::vector<swift::DraftStep> steps;  // this cycle's drafts
-    bool scored = false;                  // optimisation step done this cycle
     std::vector<KvCopy> moves;            // to carry with the next iteration
     swift::TokenTree tree;                // the tree in flight
     swift::SkipSet candidate;             // the candidate in flight
@@ -147,6 +151,7 @@ class SwiftControl {
   std::vector<double> plain_samples_;
   SwiftReport rep_;
   double t0_ = -1;
+  bool opt_due_ = true;  // an optimisation step is due before the next decoding step
   // Windows of the auto rules: drafts and accepts since the last acceptance check; tokens
   // and SWIFT time since the last speedup check.
   std::int64_t win_drafts_ = 0, win_accepted_ = 0, win_tokens_ = 0;
