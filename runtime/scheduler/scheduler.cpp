@@ -230,6 +230,10 @@ std::optional<ScheduleOutput> Scheduler::schedule(int gi, double now) {
       s.tokens.push_back(run.next_token);
     }
     g.pure_decode = g.pure_decode && !q.prompt;
+    if (swift_) {
+      const auto owed = swift_->take_moves(run.id);
+      s.moves.insert(s.moves.end(), owed.begin(), owed.end());
+    }
     run.len += q.n_tokens;
     s.seqs.push_back(q);
   }

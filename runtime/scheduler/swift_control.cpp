@@ -263,21 +263,40 @@ void SwiftControl::judge(double) {
   // current skip set delivers). Below the threshold with optimisation over, drafting stops;
   // while it still runs, only when drafting itself does not pay either (then the
   // optimisation is not an investment that can be recovered).
-  if (win_tokens_ >= set.speedup_window) {
+  //
+  // An early look after an eighth of the window (at least 16 tokens) turns it off at once
+  // when drafting and verifying alone reach less than half the threshold: far enough below
+  // that noise cannot explain it, and where a stream would otherwise lose most of a window.
+  const bool full = win_tokens_ >= set.speedup_window;
+  const bool early = !early_done_ && win_tokens_ >= std::max<std::int64_t>(16, set.speedup_window / 8);
+  if (full || early) {
     const double plain = rep_.plain_step_s * static_cast<double>(win_tokens_);
     const double overall = win_time_ > 0 ? plain / win_time_ : 0;
     const double accel = win_accel_time_ > 0 ? plain / win_accel_time_ : 0;
-    if (!rep_.turned_off && overall < set.min_speedup && (opt_->finished() || accel < set.min_speedup)) {
+    const bool off = full ? overall < set.min_speedup && (opt_->finished() || accel < set.min_speedup)
+                          : accel < 0.5 * set.min_speedup;
+    early_done_ = true;
+    if (!rep_.turned_off && off) {
       rep_.turned_off = true;
       rep_.off_reason = fmt::format("measured speedup {:.2f}x ({:.2f}x drafting and verifying alone) over {} tokens "
-                                    "is below {:.2f}x", overall, accel, win_tokens_, set.min_speedup);
+                                    "is below {:.2f}x{}", overall, accel, win_tokens_,
+                                    full ? set.min_speedup : 0.5 * set.min_speedup, full ? "" : " (early check)");
       notes_.push_back(fmt::format("swift: drafting turned off for this stream: {} (plain step {:.2f} ms)",
                                    rep_.off_reason, 1e3 * rep_.plain_step_s));
     }
+    if (!full) return;
     win_tokens_ = 0;
     win_time_ = 0;
     win_accel_time_ = 0;
   }
+}
+
+std::vector<KvCopy> SwiftControl::take_moves(std::int64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return {};
+  std::vector<KvCopy> out;
+  out.swap(it->second.moves);
+  return out;
 }
 
 std::vector<std::string> SwiftControl::take_notes() {

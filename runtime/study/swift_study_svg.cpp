@@ -7,6 +7,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "trellis/core/strings.hpp"
 #include "trellis/runtime/study/swift_study.hpp"
 
 namespace trellis::runtime {
@@ -18,19 +19,6 @@ constexpr const char* kSpeedColour = "#dd8452";
 constexpr const char* kWallColour = "#55a868";
 constexpr const char* kBadColour = "#c44e52";
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 // Every k-th point and the last, so that no series has more than `max_points`.
 std::vector<std::pair<double, double>> thin(const std::vector<std::pair<double, double>>& v, int max_points) {

@@ -1,3 +1,4 @@
+#include "trellis/core/strings.hpp"
 #include "trellis/runtime/study/variant_study.hpp"
 
 #include <fmt/format.h>
@@ -42,19 +43,6 @@ std::string layers_text(const VariantSpec& spec, int num_layers) {
 std::string share_text(double v) { return std::isnan(v) ? "n/a" : fmt::format("{:.0f}%", 100 * v); }
 std::string csv_num(double v) { return std::isnan(v) ? "" : fmt::format("{:.6g}", v); }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::vector<int> batches_of(const std::vector<StudyPoint>& points) {
   std::vector<int> b;

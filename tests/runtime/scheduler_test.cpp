@@ -487,3 +487,61 @@ TEST(Scheduler, ConcurrentChunksShareTheIterationLimit) {
     EXPECT_EQ(r.output, (std::vector<std::int32_t>{1000 + 12 + i, 1000 + 13 + i, 1000 + 14 + i})) << i;
   }
 }
+
+// SWIFT on the scheduler (swift_control.hpp), driven with hand-made sampler answers: an
+// accepted tree alternative owes the KV cache a move, and when drafting stops right after it
+// (here: no room left for scratch positions) the plain iteration that follows must carry it.
+TEST(SchedulerSwift, AMoveOwedByAnAcceptedAlternativeGoesWithTheNextPlainIteration) {
+  SchedulerConfig c;
+  c.max_seqs_per_group = 1;
+  c.kv_budget_tokens = 1000;
+  c.max_context = 8;
+  c.swift.enabled = c.swift.allowed = c.swift.invariant = true;
+  c.swift.num_layers = 4;
+  c.swift.max_tree = 3;
+  c.swift.calibration_steps = 1;
+  c.swift.settings.gamma = 1;
+  c.swift.settings.max_draft = 1;
+  c.swift.settings.epsilon = 0;
+  c.swift.settings.max_steps = 0;
+  Scheduler s(c, {make_request(0, 3, 10)});
+  constexpr int K = 10;
+  auto answer = [](std::vector<std::pair<std::int32_t, float>> top) {
+    std::vector<std::int32_t> t(K, -1);
+    std::vector<float> p(K, 0.0f);
+    for (std::size_t i = 0; i < top.size(); ++i) std::tie(t[i], p[i]) = top[i];
+    return std::make_pair(t, p);
+  };
+  auto prefill = *s.schedule(0, 0);
+  s.complete(prefill, std::vector<std::int32_t>{7}, 1);  // t1 = 7 (len 3)
+  auto plain = *s.schedule(0, 1);                          // calibration: a plain step
+  ASSERT_FALSE(plain.seqs[0].candidates);
+  s.complete(plain, std::vector<std::int32_t>{8}, 2);   // t2 = 8 (len 4)
+  auto draft = *s.schedule(0, 2);
+  ASSERT_TRUE(draft.seqs[0].candidates);
+  ASSERT_FALSE(draft.skip.empty());
+  auto [dt, dp] = answer({{20, 0.6f}, {21, 0.3f}, {22, 0.05f}});
+  s.complete(draft, {}, 3, dt, dp);
+  auto verify = *s.schedule(0, 3);
+  ASSERT_EQ(verify.seqs[0].parents, (std::vector<std::int32_t>{-1, 0, 0}));  // root, draft 20, alternative 21
+  ASSERT_EQ(verify.tokens, (std::vector<std::int32_t>{8, 20, 21}));
+  // The target wants 21 after the root (the alternative), then 30.
+  std::vector<std::int32_t> vt(3 * K, -1);
+  std::vector<float> vp(3 * K, 0.0f);
+  vt[0] = 21;
+  vt[1 * K] = 99;
+  vt[2 * K] = 30;
+  s.complete(verify, {}, 4, vt, vp);
+  EXPECT_EQ(s.results()[0].output, (std::vector<std::int32_t>{7, 8, 21, 30}));
+  auto next = *s.schedule(0, 4);  // len 6 + 3 scratch > context 8: plain from here on
+  ASSERT_FALSE(next.seqs[0].candidates);
+  EXPECT_EQ(next.seqs[0].pos, 6);
+  ASSERT_EQ(next.moves.size(), 1u);
+  EXPECT_EQ(next.moves[0].src, 6);  // the alternative's K/V (node 2 of the tree at 4)
+  EXPECT_EQ(next.moves[0].dst, 5);  // into depth 1's position
+  auto report = s.swift_report();
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->alternatives, 1);
+  EXPECT_EQ(report->accepted, 1);
+  EXPECT_EQ(report->verify_passes, 1);
+}

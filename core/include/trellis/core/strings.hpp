@@ -28,5 +28,7 @@ std::vector<std::int64_t> parse_int_list(std::string_view s, std::string_view wh
 std::string format_bytes(double bytes);
 // 2.5e-6 -> "2.50 us".
 std::string format_seconds(double seconds);
+// `s` with &, <, > and " escaped, for text inside XML/SVG elements and attributes.
+std::string xml_escape(std::string_view s);
 
 }  // namespace trellis

@@ -127,6 +127,10 @@ class SwiftControl {
   void observe_plain(double round_trip_s);
   // The sequence left (finished, aborted): its state goes.
   void drop(std::int64_t id) { seqs_.erase(id); }
+  // KV moves the sequence still owes the cache (an accepted alternative), for a plain
+  // iteration that carries it instead (drafting just turned off, or no room for scratch):
+  // a move must go out with the sequence's next iteration of whatever kind.
+  std::vector<KvCopy> take_moves(std::int64_t id);
   // Notes for the log (optimisation finished, re-entered, auto-off).
   std::vector<std::string> take_notes();
   SwiftReport report() const;
@@ -151,7 +155,8 @@ class SwiftControl {
   std::vector<double> plain_samples_;
   SwiftReport rep_;
   double t0_ = -1;
-  bool opt_due_ = true;  // an optimisation step is due before the next decoding step
+  bool opt_due_ = true;
+  bool early_done_ = false;  // the early auto-off look happened  // an optimisation step is due before the next decoding step
   // Windows of the auto rules: drafts and accepts since the last acceptance check; tokens
   // and SWIFT time since the last speedup check.
   std::int64_t win_drafts_ = 0, win_accepted_ = 0, win_tokens_ = 0;
