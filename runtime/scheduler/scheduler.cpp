@@ -332,7 +332,7 @@ void Scheduler::complete(const ScheduleOutput& s, std::span<const std::int32_t> 
       while (!g.running.empty()) finish(g, g.running.size() - 1, RequestStatus::kFailed, cancel_reason_, now);
     return;
   }
-  if (swift_ && g.pure_decode) swift_->observe_plain(round_trip);
+  if (swift_ && g.pure_decode) swift_->observe_plain(round_trip, static_cast<int>(s.seqs.size()));
   std::size_t k = 0;
   for (const auto& q : s.seqs) {
     if (!q.sample) {

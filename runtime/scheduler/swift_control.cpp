@@ -51,9 +51,9 @@ bool SwiftControl::drafting(const SeqView& v, std::int32_t max_context) const {
          v.next_token >= 0 && v.len + scratch_positions() <= max_context;
 }
 
-void SwiftControl::observe_plain(double round_trip_s) {
-  if (static_cast<int>(plain_samples_.size()) >= cfg_.calibration_steps) return;
-  plain_samples_.push_back(round_trip_s);
+void SwiftControl::observe_plain(double round_trip_s, int tokens) {
+  if (static_cast<int>(plain_samples_.size()) >= cfg_.calibration_steps || tokens < 1) return;
+  plain_samples_.push_back(round_trip_s / tokens);
   ++rep_.plain_steps;
   auto v = plain_samples_;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
@@ -281,7 +281,7 @@ void SwiftControl::judge(double) {
       rep_.off_reason = fmt::format("measured speedup {:.2f}x ({:.2f}x drafting and verifying alone) over {} tokens "
                                     "is below {:.2f}x{}", overall, accel, win_tokens_,
                                     full ? set.min_speedup : 0.5 * set.min_speedup, full ? "" : " (early check)");
-      notes_.push_back(fmt::format("swift: drafting turned off for this stream: {} (plain step {:.2f} ms)",
+      notes_.push_back(fmt::format("swift: drafting turned off for this stream: {} (plain {:.2f} ms per token)",
                                    rep_.off_reason, 1e3 * rep_.plain_step_s));
     }
     if (!full) return;

@@ -197,7 +197,7 @@ std::string format_swift_table(const SwiftStudy& s) {
     } else {
       const auto& w = *t.swift;
       o << fmt::format("{}: skip set {} ({} of {} sub-layers), matchness {:.3f}; optimisation {} after {} steps{}; "
-                       "engine-measured speedup {:.2f}x over a plain step of {:.3f} ms\n",
+                       "engine-measured speedup {:.2f}x over a plain token of {:.3f} ms\n",
                        t.task, w.skip_set.empty() ? "-" : w.skip_set, w.skipped, w.sub_layers, w.best_matchness,
                        w.stop_reason.empty() ? "still running" : "stopped (" + w.stop_reason + ")", w.opt_steps,
                        w.restarts > 0 ? fmt::format(", {} restarts", w.restarts) : std::string(), w.measured_speedup(),

@@ -97,7 +97,7 @@ std::string to_text(const RunSummary& s) {
                      w.mean_generated_length(), w.acceptance_rate(), w.accepted, w.draft_steps, w.skipped,
                      w.sub_layers, w.skip_set, w.best_matchness);
     o += fmt::format("swift: time optimise {:.1f}% ({} steps{}) · draft {:.1f}% · verify {:.1f}% · speedup {:.2f}x over "
-                     "the plain step of {} (calibrated){}\n",
+                     "a plain token of {} (calibrated){}\n",
                      100 * w.opt_s / t, w.opt_steps, w.stop_reason.empty() ? ", still running" : ", " + w.stop_reason,
                      100 * w.draft_s / t, 100 * w.verify_s / t, w.measured_speedup(), format_seconds(w.plain_step_s),
                      w.turned_off ? " · turned off: " + w.off_reason : "");

@@ -238,7 +238,7 @@ check sbatch-stdout 0 '^#!/bin/bash' -- "$TRELLIS" plan --model llama-3.1-8b --c
 check sbatch-json-stdout 1 'both want stdout' -- "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --sbatch - --json
 # SWIFT (Eq. 6 estimate): said in the header and the JSON, the run line drafts, bad values
 # are refused with the flag named.
-check swift-text 0 'SWIFT decode: estimate from Eq\. \(6\) with M=2\.50, α=0\.90, r=0\.20 \(not measured on this cluster\)' -- \
+check swift-text 0 'SWIFT decode: estimate from Eq\. \(6\) with M=2\.19, α=0\.87, r=0\.20 \(not measured on this cluster\)' -- \
   "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --swift --top 2
 check swift-run-line 0 'trellis run --model .* --swift --workload' -- \
   "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --swift-m 4 --top 1

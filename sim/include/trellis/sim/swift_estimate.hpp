@@ -24,11 +24,14 @@
 
 namespace trellis::sim {
 
-// Defaults of `trellis plan --swift`: measured by `trellis study swift` on SmolLM2-135M,
-// docs/swift.md. (Initial values until that measurement replaces them.)
-inline constexpr double kSwiftDefaultM = 2.5;      // mean generated length
-inline constexpr double kSwiftDefaultAlpha = 0.9;  // acceptance rate
-inline constexpr double kSwiftDefaultR = 0.2;      // share of sub-layers the draft skips
+// Defaults of `trellis plan --swift`: what trellis measured, SmolLM2-135M at batch 1 over
+// 200 chat prompts of up to 64 tokens with drafting never turned off (docs/swift.md,
+// "Measured"): M 2.19, alpha 0.87 at r = 0.2 — which Eq. (6) makes 1.05x. A 135M model has little
+// layer sparsity; the paper's 13B-70B models reach M 3-8, alpha 0.9-1.0 at r 0.45-0.5
+// (Table 4): give those with --swift-m/--swift-alpha/--swift-r for such a model.
+inline constexpr double kSwiftDefaultM = 2.19;      // mean generated length
+inline constexpr double kSwiftDefaultAlpha = 0.87;  // acceptance rate
+inline constexpr double kSwiftDefaultR = 0.2;       // share of sub-layers the draft skips
 
 struct SwiftEstimate {
   double m = kSwiftDefaultM;          // M >= 1

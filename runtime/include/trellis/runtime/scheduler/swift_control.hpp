@@ -68,7 +68,7 @@ struct SwiftReport {
   std::int64_t alternatives = 0;   // accepted tree alternatives (each moved into place in the KV cache)
   int restarts = 0;                // re-entries into optimisation
   double opt_s = 0, draft_s = 0, verify_s = 0;  // iteration round trips by kind
-  double plain_step_s = 0;         // calibrated plain decode step (median)
+  double plain_step_s = 0;         // calibrated plain decode time per token (median)
   std::string skip_set;            // best skip set found (swift::describe)
   int skipped = 0, sub_layers = 0;
   double best_matchness = -1;
@@ -123,8 +123,10 @@ class SwiftControl {
   };
   std::vector<Commit> complete(const ScheduleOutput& s, std::span<const std::int32_t> cand_tokens,
                                std::span<const float> cand_probs, double round_trip_s, double now);
-  // A plain iteration of decode steps only took `round_trip_s` (calibration).
-  void observe_plain(double round_trip_s);
+  // A plain iteration of `tokens` decode steps only took `round_trip_s` (calibration: the
+  // plain cost of one token is round_trip_s / tokens, so the rule compares like with like
+  // at any batch).
+  void observe_plain(double round_trip_s, int tokens);
   // The sequence left (finished, aborted): its state goes.
   void drop(std::int64_t id) { seqs_.erase(id); }
   // KV moves the sequence still owes the cache (an accepted alternative), for a plain
