@@ -119,8 +119,9 @@ void LiveQueue::emit(const LiveEvent& e) {
 }
 
 void LiveQueue::update(int running, int waiting, std::int64_t kv_used, std::uint64_t iterations,
-                       std::vector<StageShare> stages) {
+                       std::vector<StageShare> stages, std::optional<LiveStats::Swift> swift) {
   std::lock_guard lock(mu_);
+  if (swift) stats_.swift = swift;
   stats_.running = running;
   stats_.waiting = waiting;
   stats_.kv_used_tokens = kv_used;

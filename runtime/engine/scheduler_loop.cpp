@@ -297,8 +297,11 @@ SchedulerRun run_live_scheduler(const EngineOptions& opt, LiveQueue& live, Sched
     const ScheduleOutput done = d.complete_oldest(got);
     const double t = now_seconds();
     for (const auto& q : done.seqs) rep.report(q.id, t);
+    std::optional<LiveStats::Swift> sw;
+    if (auto r = sched.swift_report())
+      sw = LiveStats::Swift{r->verify_passes, r->draft_steps, r->accepted, r->opt_steps, r->turned_off};
     live.update(sched.running_count(), sched.waiting_count(), sched.kv_used_tokens(), sched.iterations_scheduled(),
-                io.shares ? io.shares(&got) : std::vector<StageShare>{});
+                io.shares ? io.shares(&got) : std::vector<StageShare>{}, sw);
   }
   out.swift = sched.swift_report();
   out.iterations = sched.iterations_scheduled();

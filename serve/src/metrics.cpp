@@ -86,6 +86,16 @@ std::string ServeMetrics::render(const runtime::LiveStats& s, int open_connectio
   scalar(out, "engine_draining", "gauge", "1 while the server refuses new requests to shut down.", s.draining ? 1 : 0);
   scalar(out, "engine_failed", "gauge", "1 when the engine failed.", s.failed ? 1 : 0);
   scalar(out, "http_connections", "gauge", "Open HTTP connections.", open_connections);
+  if (s.swift) {
+    scalar(out, "swift_verify_passes_total", "counter", "SWIFT: full-model forwards over a token tree.",
+           s.swift->verify_passes);
+    scalar(out, "swift_draft_tokens_total", "counter", "SWIFT: tokens drafted with the skip set.", s.swift->draft_steps);
+    scalar(out, "swift_accepted_tokens_total", "counter", "SWIFT: drafted tokens the full model accepted.",
+           s.swift->accepted);
+    scalar(out, "swift_optimisation_steps_total", "counter", "SWIFT: skip-set optimisation steps.", s.swift->opt_steps);
+    scalar(out, "swift_turned_off", "gauge", "1 when SWIFT's auto-off rule stopped drafting.",
+           s.swift->turned_off ? 1 : 0);
+  }
   struct Share {
     const char* name;
     double runtime::StageShare::*field;

@@ -18,4 +18,13 @@ if(TRELLIS_PEER_PYTHON)
             --np 6 --pp 2 --tp 3 --mpirun ${PROJECT_SOURCE_DIR}/scripts/mpirun-local --signal-to launcher)
   set_tests_properties(serve_openai_pp2tp3 PROPERTIES
     LABELS "python;serve;mpi" TIMEOUT 300 SKIP_RETURN_CODE 77 PROCESSORS 6)
+  # SWIFT behind the server: every check of the 1x1 suite (but the seeded one) with
+  # `serve --swift`, drafting forced on, greedy answers equal to a plain `trellis run` with
+  # the same (batch-invariant) kernels.
+  add_test(NAME serve_openai_swift
+    COMMAND ${TRELLIS_PEER_PYTHON} ${_serve_test} --trellis $<TARGET_FILE:trellis> --np 1
+            --set kernels.batch_invariant=true --set swift.min_speedup=0 --set swift.calibration_steps=1
+            --set swift.gamma=8 --set swift.skip_ratio=0.2 --serve-flag=--swift)
+  set_tests_properties(serve_openai_swift PROPERTIES
+    LABELS "python;serve" TIMEOUT 240 SKIP_RETURN_CODE 77 PROCESSORS 2)
 endif()

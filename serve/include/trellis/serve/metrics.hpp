@@ -13,7 +13,9 @@
 // kv_cache_used_tokens, kv_cache_budget_tokens, kv_cache_usage_ratio,
 // stage_busy_ratio{stage}, stage_comm_ratio{stage}, stage_wait_ratio{stage},
 // engine_ready, engine_draining, engine_failed, http_connections (gauges);
-// http_responses_total{code} (counter).
+// http_responses_total{code} (counter); with --swift: swift_verify_passes_total,
+// swift_draft_tokens_total, swift_accepted_tokens_total, swift_optimisation_steps_total
+// (counters), swift_turned_off (gauge).
 //
 // Threading: every member is safe to call from any thread.
 #pragma once

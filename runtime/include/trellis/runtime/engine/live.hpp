@@ -69,6 +69,13 @@ struct LiveStats {
   std::uint64_t submitted = 0, finished = 0, cancelled = 0, rejected = 0;
   std::uint64_t prompt_tokens = 0, generated_tokens = 0, iterations = 0;
   std::vector<StageShare> stages;
+  // SWIFT's counters (run.swift): verify passes, drafts, accepted drafts, optimisation
+  // steps, and whether the auto-off rule fired; absent when the run cannot draft.
+  struct Swift {
+    std::int64_t verify_passes = 0, draft_steps = 0, accepted = 0, opt_steps = 0;
+    bool turned_off = false;
+  };
+  std::optional<Swift> swift;
 };
 
 class LiveQueue {
@@ -105,7 +112,7 @@ class LiveQueue {
   void take(Inbox& in, std::chrono::milliseconds wait);
   void emit(const LiveEvent& e);
   void update(int running, int waiting, std::int64_t kv_used, std::uint64_t iterations,
-              std::vector<StageShare> stages);
+              std::vector<StageShare> stages, std::optional<LiveStats::Swift> swift = std::nullopt);
   void set_failed(const std::string& what);
 
  private:
