@@ -258,7 +258,7 @@ int run_study_swift(Session& s, SwiftStudyOptions& o) {
       if (!t.outputs.identical())
         spdlog::error("study swift: task {}: greedy outputs of plain and SWIFT decoding are NOT identical ({} of {} "
                       "requests differ; first: {})", t.task, t.outputs.differing,
-                      t.outputs.requests + t.outputs.differing, t.outputs.first.empty() ? "nothing compared" : t.outputs.first);
+                      t.outputs.requests + t.outputs.unmatched, t.outputs.first.empty() ? "nothing compared" : t.outputs.first);
     return 1;
   }
   return 0;

@@ -80,7 +80,7 @@ std::string percent(double share) { return fmt::format("{:.1f}%", 100 * share); 
 std::string identical_cell(const OutputComparison& c) {
   if (c.identical()) return "yes";
   if (c.requests == 0 && c.differing == 0) return "n/a";
-  return fmt::format("NO ({}/{})", c.differing, c.requests + c.differing);
+  return fmt::format("NO ({}/{})", c.differing, c.requests + c.unmatched);
 }
 
 struct Shares {
@@ -110,11 +110,13 @@ OutputComparison compare_outputs(std::istream& plain, std::istream& swift, std::
     auto b = next_line(swift, what, "SWIFT", line_b);
     if (!a && !b) break;
     if (!a || !b) {
+      ++c.unmatched;
       note(fmt::format("the {} run has more requests (request {} has no counterpart)", a ? "plain" : "SWIFT",
                        a ? a->id : b->id));
       continue;
     }
     if (a->id != b->id) {
+      ++c.unmatched;
       note(fmt::format("line {}: request {} in the plain run, {} in the SWIFT run", line_a, a->id, b->id));
       continue;
     }
@@ -123,6 +125,7 @@ OutputComparison compare_outputs(std::istream& plain, std::istream& swift, std::
       continue;
     }
     if (a->ok != b->ok) {
+      ++c.unmatched;
       note(fmt::format("request {}: failed in the {} run only ({})", a->id, a->ok ? "SWIFT" : "plain",
                        a->ok ? b->reason : a->reason));
       continue;
@@ -221,7 +224,7 @@ std::string format_swift_table(const SwiftStudy& s) {
     else
       o << fmt::format("ERROR: {}: greedy outputs DIFFER between plain and SWIFT decoding in {} of {} requests; "
                        "first: {}. SWIFT promises identical greedy outputs: this is a bug.\n",
-                       t.task, t.outputs.differing, t.outputs.requests + t.outputs.differing, t.outputs.first);
+                       t.task, t.outputs.differing, t.outputs.requests + t.outputs.unmatched, t.outputs.first);
   }
   o << fmt::format("identical: {}\n", s.all_identical() ? "yes" : "NO");
   return o.str();

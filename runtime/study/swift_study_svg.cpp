@@ -138,7 +138,7 @@ void panel(std::ostringstream& o, const SwiftTaskResult& t, double y0, int max_p
   o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" font-size="12">{})", kLeft, y0 - 8, xml_escape(head));
   if (bad)
     o << fmt::format(R"( <tspan fill="{}" font-weight="bold">OUTPUTS DIFFER from plain decoding ({} of {})</tspan>)",
-                     kBadColour, t.outputs.differing, t.outputs.requests + t.outputs.differing);
+                     kBadColour, t.outputs.differing, t.outputs.requests + t.outputs.unmatched);
   o << "</text>\n";
   const std::vector<SwiftReport::Point> none;
   const auto& tl = t.swift ? t.swift->timeline : none;

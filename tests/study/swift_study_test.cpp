@@ -38,6 +38,7 @@ TEST(SwiftStudyCompare, ADifferingTokenIsNamed) {
   EXPECT_FALSE(c.identical());
   EXPECT_EQ(c.requests, 2);
   EXPECT_EQ(c.differing, 1);
+  EXPECT_EQ(c.unmatched, 0);  // compared: the table says NO (1/2), not 1/3
   EXPECT_EQ(c.first, "request r2: token 1 of 2 differs (plain 5, SWIFT 9)");
 }
 
@@ -45,6 +46,8 @@ TEST(SwiftStudyCompare, LengthMissingAndFailures) {
   auto c = compare(kTwo, R"({"id":"r1","status":"ok","reason":"","tokens":[1,2,3,7]}
 )");
   EXPECT_EQ(c.differing, 2);  // r1 longer, r2 missing
+  EXPECT_EQ(c.requests, 1);
+  EXPECT_EQ(c.unmatched, 1);
   EXPECT_NE(c.first.find("plain generated 3 tokens, SWIFT 4"), std::string::npos) << c.first;
   c = compare(R"({"id":"a","status":"failed","reason":"bad","tokens":[]})", R"({"id":"a","status":"failed","reason":"bad","tokens":[]})");
   EXPECT_FALSE(c.identical());  // nothing compared
@@ -100,7 +103,7 @@ SwiftTaskResult task(const char* name, bool identical) {
   t.plain_tokens_per_s = 128;
   t.swift_tokens_per_s = 160;
   t.swift = report(3.0, 0.9, 12, 60);
-  t.outputs.requests = identical ? 20 : 19;
+  t.outputs.requests = 20;  // compared, the differing one included
   t.outputs.differing = identical ? 0 : 1;
   if (!identical) t.outputs.first = "request r7: token 3 of 64 differs (plain 5, SWIFT 9)";
   return t;
@@ -141,7 +144,7 @@ TEST(SwiftStudyFormat, DifferingOutputsAreLoud) {
   EXPECT_NE(t.find("request r7: token 3 of 64 differs"), std::string::npos);
   EXPECT_NE(t.find("identical: NO"), std::string::npos);
   const std::string csv = format_swift_csv(s);
-  EXPECT_NE(csv.find(",no,1,19\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",no,1,20\n"), std::string::npos) << csv;
   const auto j = nlohmann::json::parse(format_swift_json(s));
   EXPECT_FALSE(j["all_identical"].get<bool>());
   EXPECT_FALSE(j["tasks"][1]["identical"].get<bool>());

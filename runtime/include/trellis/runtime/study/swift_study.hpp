@@ -26,6 +26,7 @@ namespace trellis::runtime {
 struct OutputComparison {
   int requests = 0;   // requests compared (both runs finished them)
   int differing = 0;  // requests whose tokens differ, or that one run lacks or failed
+  int unmatched = 0;  // of those, the ones not compared (one run lacks or failed them)
   int failed = 0;     // requests both runs failed (not compared)
   std::string first;  // the first difference, e.g. "request r3: token 5 of 32 differs (plain 17, SWIFT 90)"
   // Identical: something was compared and nothing differs.
