@@ -113,6 +113,63 @@ TEST(Schedule, WireRoundTripAndCorruption) {
   EXPECT_THROW(deserialize_schedule(wire, "test"), Error);
 }
 
+// Wire format v3: SWIFT's candidates, token tree, skip set and KV moves survive the round
+// trip, and a peer's malformed tree, skip set or move is refused naming what is wrong.
+TEST(Schedule, SwiftFieldsRoundTripAndBadOnesAreRefused) {
+  ScheduleOutput s;
+  s.iteration = 5;
+  ScheduledSeq q;
+  q.id = 3;
+  q.pos = 10;
+  q.n_tokens = 4;
+  q.sample = false;
+  q.candidates = true;
+  q.parents = {-1, 0, 1, 0};
+  q.kv_pos = 10;
+  q.prefix = 10;
+  s.seqs = {q};
+  s.tokens = {1, 2, 3, 4};
+  s.skip = {0, 1, 1, 0, 0, 0, 1, 0};
+  s.moves = {KvCopy{0, 13, 11, 1}};
+  std::vector<std::byte> wire;
+  serialize(s, wire);
+  auto r = deserialize_schedule(wire, "test");
+  ASSERT_EQ(r.seqs.size(), 1u);
+  EXPECT_TRUE(r.seqs[0].candidates);
+  EXPECT_EQ(r.seqs[0].parents, q.parents);
+  EXPECT_EQ(r.seqs[0].kv_pos, 10);
+  EXPECT_EQ(r.skip, s.skip);
+  ASSERT_EQ(r.moves.size(), 1u);
+  EXPECT_EQ(r.moves[0].src, 13);
+  EXPECT_EQ(r.logit_rows(), 4);
+  for (std::size_t n = 0; n < wire.size(); ++n)
+    EXPECT_THROW(deserialize_schedule(std::span(wire).first(n), "test"), Error) << n;
+  auto refused = [&](ScheduleOutput bad, const std::string& needle) {
+    serialize(bad, wire);
+    try {
+      deserialize_schedule(wire, "test");
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto b = s;
+  b.seqs[0].parents = {-1, 0, 3, 0};  // a parent after its child
+  refused(b, "tree token 2 has parent 3");
+  b = s;
+  b.seqs[0].prefix = 11;  // sees past its own K/V start
+  refused(b, "tree prefix 11");
+  b = s;
+  b.skip[2] = 7;
+  refused(b, "skip set entry 7 is not 0 or 1");
+  b = s;
+  b.moves[0].count = -1;
+  refused(b, "KV move");
+  b = s;
+  b.seqs[0].sample = true;  // sampled and asked for candidates
+  refused(b, "both sampled and asked for candidates");
+}
+
 TEST(Scheduler, ContinuousBatchingFinishesEverything) {
   SchedulerConfig cfg{2, 2, 1000, 64, 256};
   std::vector<Request> reqs;

@@ -63,6 +63,13 @@ TEST(Workload, MalformedLineNamesItsNumber) {
   EXPECT_NE(error_of("{\"tokens\": []}\n").find("empty"), std::string::npos);
   EXPECT_NE(error_of("{\"tokens\": [1], \"temp\": 1}\n").find("unknown field \"temp\""), std::string::npos);
   EXPECT_NE(error_of("\n").find("no prompts"), std::string::npos);
+  // SWIFT's per-request switch: a boolean or nothing.
+  EXPECT_NE(error_of("{\"tokens\": [1], \"swift\": \"yes\"}\n").find("p.jsonl:1: \"swift\" must be true or false"),
+            std::string::npos);
+  auto w = parse("{\"tokens\": [1], \"swift\": false}\n{\"tokens\": [2]}\n");
+  ASSERT_EQ(w.requests.size(), 2u);
+  EXPECT_EQ(w.requests[0].swift, std::optional<bool>(false));
+  EXPECT_FALSE(w.requests[1].swift.has_value());
 }
 
 TEST(Workload, BadSamplingFailsOnlyThatRequest) {
