@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "cmd_bench_kernels.hpp"
 #include "commands.hpp"
 #include "json_output.hpp"
 #include "trellis/core/clock.hpp"
@@ -20,28 +21,9 @@
 #include "trellis/runtime/model/synthetic.hpp"
 
 namespace trellis::launchers {
-namespace {
 
 namespace k = trellis::kernels;
 
-struct KernelBenchOptions {
-  std::string preset = "llama-1b";
-  std::string shapes = "all";
-  std::string tokens = "128,512";
-  int batch = 4;
-  int reps = 5;
-  std::string triad_size = "256MiB";
-  std::string rotate_size = "256MiB";
-  bool json = false;
-};
-
-struct Shape {
-  std::string name;
-  std::int64_t n, k;
-};
-
-// The weight shapes [out, in] of one layer plus the LM head, as the model multiplies them
-// (q, k and v fused into one matrix), filtered by --shapes.
 std::vector<Shape> preset_shapes(const std::string& preset, const std::string& filter) {
   runtime::ModelConfig c = runtime::model_preset(preset);
   const std::int64_t q = std::int64_t{c.num_heads} * c.head_dim, kv = std::int64_t{c.num_kv_heads} * c.head_dim;
@@ -79,6 +61,8 @@ k::Tensor random_tensor(k::DType t, std::int64_t rows, std::int64_t cols, std::u
   k::convert(one, f, out);
   return out;
 }
+
+namespace {
 
 struct GemmRow {
   std::string shape;
@@ -140,6 +124,7 @@ GemvRow bench_gemv(const k::Context& ctx, k::Triad& triad, const Shape& s, k::DT
 }
 
 int run_bench_kernels(Session& s, const KernelBenchOptions& o) {
+  if (o.device == "cuda") return run_bench_kernels_cuda(s, o);
   if (!s.require_world(s.size() == 1, "bench kernels runs on one rank; run it without mpirun")) return 1;
   auto tokens = parse_int_list(o.tokens, "--tokens");
   const std::vector<Shape> shapes = preset_shapes(o.preset, o.shapes);
@@ -203,6 +188,12 @@ int run_bench_kernels(Session& s, const KernelBenchOptions& o) {
 
 Action define_bench_kernels(CLI::App& sub) {
   auto o = std::make_shared<KernelBenchOptions>();
+  sub.add_option("--device", o->device,
+                 "cpu: GEMM vs OpenBLAS, GEMV vs triad; cuda: GEMM vs cuBLASLt called directly, GEMV vs the GPU's "
+                 "read bandwidth, timed with CUDA events")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  sub.add_option("--bandwidth-size", o->bandwidth_size, "cuda: bytes of the copy and read-stream buffers")
+      ->capture_default_str();
   sub.add_option("--preset", o->preset, "Model preset whose layer shapes are measured (see make-model)")
       ->capture_default_str();
   sub.add_option("--shapes", o->shapes, "Comma list of qkv, o, gate/up, down, lm_head, or all")

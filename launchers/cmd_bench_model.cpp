@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <span>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,7 @@
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/kernels/bandwidth.hpp"
+#include "trellis/kernels/device_bench.hpp"
 #include "trellis/runtime/checkpoint/reader.hpp"
 #include "trellis/runtime/model/llama.hpp"
 #include "trellis/runtime/model/synthetic.hpp"
@@ -34,12 +36,15 @@ struct BenchModelOptions {
   std::string dtype = "bf16";    // stored dtype of a generated checkpoint
   std::string weights = "bf16";  // trellis's in-memory weight type
   std::string torch_dtypes = "bf16,f32";
+  std::string torch_impls = "reference";  // torch_reference.py --impl: reference, hf
   std::string workdir = "/tmp/trellis-bench-model";
   int prompt = 16;
   int steps = 32;
   bool torch = true;
   int torch_steps = 8;
   std::string python = "/usr/bin/python3";
+  std::string torch_script;  // default: the source tree's scripts/reference/torch_reference.py
+  std::string device = "cpu";
   std::string triad_size = "256MiB";
   std::string read_size = "512MiB";
   bool json = false;
@@ -67,10 +72,14 @@ std::string ensure_checkpoint(const BenchModelOptions& o) {
 }
 
 // Runs the PyTorch eager decode benchmark; returns its JSON, or null with a reason.
-nlohmann::json run_torch(const BenchModelOptions& o, const std::string& dir, int threads, const std::string& dtype) {
-  std::string script = std::string(TRELLIS_SOURCE_DIR) + "/scripts/reference/torch_reference.py";
-  std::string cmd = fmt::format("{} {} bench --model '{}' --prompt {} --steps {} --threads {} --dtype {} 2>&1", o.python,
-                                script, dir, o.prompt, o.torch_steps, threads, dtype);
+nlohmann::json run_torch(const BenchModelOptions& o, const std::string& dir, int threads, const std::string& dtype,
+                         const std::string& impl) {
+  std::string script = o.torch_script.empty()
+                           ? std::string(TRELLIS_SOURCE_DIR) + "/scripts/reference/torch_reference.py"
+                           : o.torch_script;
+  std::string cmd =
+      fmt::format("{} '{}' bench --model '{}' --prompt {} --steps {} --threads {} --dtype {} --device {} --impl {} 2>&1",
+                  o.python, script, dir, o.prompt, o.torch_steps, threads, dtype, o.device, impl);
   spdlog::info("running: {}", cmd);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return {{"error", "cannot start " + o.python}};
@@ -330,14 +339,37 @@ int run_bench_group(Session& s, const BenchModelOptions& o) {
 }
 
 int run_bench_model(Session& s, const BenchModelOptions& o) {
-  if (s.size() > 1) return run_bench_group(s, o);
-  const std::string dir = ensure_checkpoint(o);
+  if (s.size() > 1) {
+    if (o.device != "cpu")
+      throw_error(ErrorCode::kInvalidArgument, "bench model --device {}: the group mode (under mpirun) times CPU ranks only",
+                  o.device);
+    return run_bench_group(s, o);
+  }
+  const bool cuda = o.device == "cuda";
+  if (cuda && !o.batches.empty())
+    throw_error(ErrorCode::kInvalidArgument, "bench model: --batches times the CPU forward; drop it with --device cuda");
+  auto ctxp = cuda ? std::make_unique<kernels::Context>(kernels::Device::kCuda, 0)
+                   : std::make_unique<kernels::Context>(static_cast<int>(s.config.get_int("kernels.threads")));
+  const kernels::Context& ctx = *ctxp;
+  const std::string dir = ensure_checkpoint(o);  // after the context: a missing GPU is said first
   auto reader = runtime::open_checkpoint(dir);
   auto cfg = runtime::parse_model_config(reader->config_json().value_or("{}"), dir + "/config.json");
-  kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")));
-  auto triad = kernels::measure_triad(ctx, parse_size(o.triad_size, "--triad-size"), 10);
-  // The ceiling of a kernel that only reads its weights (triad also writes): same threads.
-  auto read = kernels::measure_read(ctx, parse_size(o.read_size, "--read-size"), 10);
+  // The ceilings, measured in this run: on the CPU, STREAM triad and the read-only stream with
+  // the decode's threads; on a GPU, a device-to-device copy and the read-only stream there.
+  // `triad` holds the copy on a GPU (labelled so below): both count bytes read + written.
+  kernels::TriadResult triad, read;
+  if (cuda) {
+    const kernels::DeviceBandwidth bw =
+        kernels::measure_device_bandwidth(ctx, std::max<std::size_t>(parse_size(o.read_size, "--read-size"), 64 << 20), 10);
+    triad.median_bytes_per_s = bw.copy_median_bytes_per_s;
+    triad.best_bytes_per_s = bw.copy_best_bytes_per_s;
+    read.median_bytes_per_s = bw.read_median_bytes_per_s;
+    read.best_bytes_per_s = bw.read_best_bytes_per_s;
+  } else {
+    triad = kernels::measure_triad(ctx, parse_size(o.triad_size, "--triad-size"), 10);
+    // The ceiling of a kernel that only reads its weights (triad also writes): same threads.
+    read = kernels::measure_read(ctx, parse_size(o.read_size, "--read-size"), 10);
+  }
 
   auto group = transport::make_single_group(0);
   runtime::LoadOptions lo;
@@ -379,12 +411,16 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   }
   nlohmann::json torch = nlohmann::json::array();
   if (o.torch)
-    for (const auto& d : split(o.torch_dtypes, ',')) torch.push_back(run_torch(o, dir, ctx.threads(), d));
+    for (const auto& impl : split(o.torch_impls, ','))
+      for (const auto& d : split(o.torch_dtypes, ','))
+        torch.push_back(run_torch(o, dir, cuda ? 1 : ctx.threads(), d, impl));
 
   nlohmann::json j = {{"model", dir}, {"params_M", cfg.parameter_count() / 1e6}, {"stored", o.dtype}, {"weights", o.weights},
                       {"quantized_weights", model.has_quantized_weights()},
-                      {"threads", ctx.threads()}, {"triad_GBps_median", triad.median_bytes_per_s / 1e9},
-                      {"triad_GBps_best", triad.best_bytes_per_s / 1e9}, {"decode_bytes_per_token", bytes},
+                      {"threads", ctx.threads()}, {"device", o.device},
+                      {cuda ? "copy_GBps_median" : "triad_GBps_median", triad.median_bytes_per_s / 1e9},
+                      {cuda ? "copy_GBps_best" : "triad_GBps_best", triad.best_bytes_per_s / 1e9},
+                      {"decode_bytes_per_token", bytes},
                       {"limit_tokens_per_s", limit}, {"decode_tokens_per_s", tok_s},
                       {"fraction_of_limit", tok_s / limit}, {"read_GBps_median", read.median_bytes_per_s / 1e9},
                       {"read_GBps_best", read.best_bytes_per_s / 1e9}, {"read_limit_tokens_per_s", read_limit},
@@ -395,19 +431,22 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
     std::cout << versioned_json(j) << "\n";
     return 0;
   }
-  std::cout << fmt::format("model {} ({:.0f}M params, {} weights, {} threads), batch 1, {} decode steps after a {}-token prompt\n",
-                           dir, cfg.parameter_count() / 1e6, o.weights, ctx.threads(), o.steps, o.prompt);
+  std::cout << fmt::format("model {} ({:.0f}M params, {} weights, {}), batch 1, {} decode steps after a {}-token prompt\n",
+                           dir, cfg.parameter_count() / 1e6, o.weights,
+                           cuda ? fmt::format("GPU {}", ctx.gpu()) : fmt::format("{} threads", ctx.threads()), o.steps,
+                           o.prompt);
   std::cout << fmt::format("  read-only stream (median of 10)  {:8.2f} GB/s   (the ceiling of reading the weights)\n",
                            read.median_bytes_per_s / 1e9);
-  std::cout << fmt::format("  triad bandwidth (median of 10)   {:8.2f} GB/s\n", triad.median_bytes_per_s / 1e9);
+  std::cout << fmt::format("  {} (median of 10)   {:8.2f} GB/s\n", cuda ? "GPU copy (r + w) " : "triad bandwidth ",
+                           triad.median_bytes_per_s / 1e9);
   std::cout << fmt::format("  weight bytes per decode token    {:8.1f} MB\n", bytes / 1e6);
   std::cout << fmt::format("  read limit / triad limit         {:8.2f} / {:.2f} tokens/s\n", read_limit, limit);
   std::cout << fmt::format("  trellis decode (median step)     {:8.2f} tokens/s  = {:.0f}% of the read limit, {:.0f}% of triad's\n",
                            tok_s, 100 * tok_s / read_limit, 100 * tok_s / limit);
   for (const auto& t : torch) {
     if (t.contains("decode_tokens_per_s"))
-      std::cout << fmt::format("  PyTorch eager, {:<4} weights        {:8.2f} tokens/s  (torch {})\n", t.value("dtype", "?"),
-                               t["decode_tokens_per_s"].get<double>(), t.value("torch_version", "?"));
+      std::cout << fmt::format("  PyTorch eager {:<9}, {:<4}     {:8.2f} tokens/s  (torch {})\n", t.value("impl", "reference"),
+                               t.value("dtype", "?"), t["decode_tokens_per_s"].get<double>(), t.value("torch_version", "?"));
     else
       std::cout << fmt::format("  PyTorch eager: {}\n", t.value("error", "not run"));
   }
@@ -432,12 +471,27 @@ Action define_bench_model(CLI::App& sub) {
                  "trellis weights in memory: bf16, f32, or native (a GGUF file's Q4_1/Q8_0 kept quantised)")
       ->check(CLI::IsMember({"bf16", "f32", "native"}))->capture_default_str();
   sub.add_option("--torch-dtypes", o->torch_dtypes, "PyTorch runs, comma-separated: bf16, f32")->capture_default_str();
+  sub.add_option("--torch-impls", o->torch_impls,
+                 "PyTorch implementations, comma-separated: reference (scripts/reference/torch_reference.py's "
+                 "forward), hf (transformers' AutoModelForCausalLM, where installed)")
+      ->check([](const std::string& v) {
+        for (const auto& i : split(v, ','))
+          if (i != "reference" && i != "hf") return std::string("unknown implementation '" + i + "' (reference, hf)");
+        return std::string();
+      })
+      ->capture_default_str();
   sub.add_option("--workdir", o->workdir, "Where generated checkpoints are kept")->capture_default_str();
   sub.add_option("--prompt", o->prompt, "Prompt tokens before decoding")->check(CLI::PositiveNumber)->capture_default_str();
   sub.add_option("--steps", o->steps, "Timed decode steps")->check(CLI::PositiveNumber)->capture_default_str();
   sub.add_flag("--torch,!--no-torch", o->torch, "Also time PyTorch eager on the same checkpoint")->capture_default_str();
   sub.add_option("--torch-steps", o->torch_steps, "Timed PyTorch decode steps")->check(CLI::PositiveNumber)->capture_default_str();
   sub.add_option("--python", o->python, "Python with torch")->capture_default_str();
+  sub.add_option("--torch-script", o->torch_script,
+                 "The PyTorch reference script (default: scripts/reference/torch_reference.py of the source tree)");
+  sub.add_option("--device", o->device,
+                 "cpu (ceilings: triad and a read stream) or cuda (GPU 0; ceilings: device copy and read stream; "
+                 "PyTorch on the GPU too)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   sub.add_option("--triad-size", o->triad_size, "Bytes per triad array")->capture_default_str();
   sub.add_option("--read-size", o->read_size, "Bytes of the read-only stream's buffer (the decode's ceiling)")
       ->capture_default_str();

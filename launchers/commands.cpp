@@ -40,7 +40,7 @@ constexpr std::array kCommands = {
                 "beside ucx_perftest, MPI_Allreduce and gloo; writes the planner's calibration file",
                 &define_bench_comm},
     CommandSpec{"bench kernels",
-                "Time CPU kernels: prefill GEMM vs OpenBLAS sgemm, decode GEMV vs triad memory bandwidth",
+                "Time kernels: prefill GEMM vs OpenBLAS (cpu) or cuBLASLt (cuda), decode GEMV vs memory bandwidth",
                 &define_bench_kernels},
     CommandSpec{"topo", "Show hosts, GPUs, NICs and their links (live, hwloc XML or synthetic) and place a PP x TP grid",
                 &define_topo},

@@ -3,16 +3,14 @@
 // defined so that kernels/src/ dispatches the same way in every build.
 #include "cuda/cuda_ops.hpp"
 #include "trellis/core/error.hpp"
+#include "trellis/kernels/device_bench.hpp"
 
 namespace trellis::kernels::cuda {
-namespace {
 
-[[noreturn]] void absent(const char* what) {
+[[noreturn]] static void absent(const char* what) {
   throw_error(ErrorCode::kUnsupported, "{}: the CUDA backend is not built into this trellis ({})", what,
               TRELLIS_CUDA_KERNELS_WHY);
 }
-
-}  // namespace
 
 CudaState* create_state(int) { absent("Context(cuda)"); }
 void destroy_state(CudaState*) noexcept {}
@@ -58,3 +56,20 @@ void attention_tree(const Context&, const AttentionDims&, const TensorView&, con
 void kv_copy(const Context&, const KvView&, std::int64_t, std::int64_t, std::int64_t) { absent("kv_copy"); }
 
 }  // namespace trellis::kernels::cuda
+
+// device_bench.hpp: nothing to measure without the backend.
+namespace trellis::kernels {
+
+DeviceTimer::DeviceTimer(const Context& ctx) : ctx_(ctx) { cuda::absent("DeviceTimer"); }
+DeviceTimer::~DeviceTimer() = default;
+void DeviceTimer::start() { cuda::absent("DeviceTimer"); }
+double DeviceTimer::stop() { cuda::absent("DeviceTimer"); }
+DeviceBandwidth measure_device_bandwidth(const Context&, std::size_t, int) { cuda::absent("measure_device_bandwidth"); }
+struct DirectGemm::Impl {};
+DirectGemm::DirectGemm(const Context&, const TensorView&, const TensorView&, const TensorView&) {
+  cuda::absent("DirectGemm");
+}
+DirectGemm::~DirectGemm() = default;
+void DirectGemm::run() { cuda::absent("DirectGemm"); }
+
+}  // namespace trellis::kernels

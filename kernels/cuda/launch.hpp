@@ -84,4 +84,14 @@ cudaError_t launch_attention(const AttentionArgs& a, int splits, void* scratch, 
 cudaError_t launch_kv_write(const Mat& k_new, const Mat& v_new, const KvRef& cache, Elem type, int n_kv_heads,
                             int head_dim, std::int64_t start_pos, cudaStream_t s);
 
+// ---- bench.cu (device_bench.hpp) -------------------------------------------------------
+// Word i of a filled buffer is a fixed function of i; pattern_xor (host) is the XOR of the
+// first `words` of them, which launch_read_stream must reproduce.
+cudaError_t launch_fill_pattern(std::uint32_t* p, std::uint64_t words, cudaStream_t s);
+std::uint32_t pattern_xor(std::uint64_t words);
+// XORs every 32-bit word of p[0, bytes) (bytes a multiple of 16, p 16-byte aligned) into
+// *xor_out (which the caller zeroes first).
+cudaError_t launch_read_stream(const void* p, std::uint64_t bytes, std::uint32_t* xor_out, int sm_count,
+                               cudaStream_t s);
+
 }  // namespace trellis::kernels::cuda

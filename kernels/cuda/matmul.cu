@@ -1,12 +1,16 @@
 // The decode GEMV: y[M,N] = x[M,K] w[N,K]^T + beta y for M <= 8 and bf16/f16 weights.
 //
-// Decode is bound by reading w once. Each warp owns 4 rows of w and walks K in steps of 256:
-// every lane loads 16 bytes (8 weights) of each of its 4 rows, so a warp's loads are 512
-// contiguous bytes per row, and the 4 rows give 4 independent loads in flight per lane (8
-// with the unroll). x (at most 8 rows, f32) is read with 16-byte loads too and is served by
-// L1/L2: it is reused by every warp, and 4 rows per warp cut its traffic per weight byte by 4.
-// Products and sums are f32; one warp reduction per output at the end.
-// Larger M goes to cuBLASLt (ops.cpp).
+// Decode is bound by reading w once, so the kernel's job is to keep enough bytes in flight
+// on every SM. A block of 8 warps owns R rows of w (8 at M = 1, 4 above, so the f32
+// accumulators stay in registers) and its 256 threads split K: thread t reads 16 bytes (8
+// weights) of each of the R rows at k = 8t, 8t + 2048, ..., so a warp's loads are 512
+// contiguous bytes per row and each thread has R (2R with the unroll) independent loads in
+// flight. The first version gave each warp 4 rows and the whole of K: at N = 2048 that is 512
+// warps, 4 per SM, and it reached 35-51% of the H100's read bandwidth on the 2048-row shapes
+// (docs/benchmarks.md, "GPU"); splitting K gives every shape N/R blocks of 8 warps.
+// Weights are loaded with the streaming hint (evict first) so that x, which every block
+// reads, stays in L1/L2. Products and sums are f32: a warp reduction per output and thread,
+// then the 8 warps' partial sums through shared memory. Larger M goes to cuBLASLt (ops.cpp).
 #include <cuda_runtime.h>
 
 #include "cuda/device.cuh"
@@ -14,8 +18,7 @@
 namespace trellis::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;        // per block
-constexpr int kRowsPerWarp = 4;  // rows of w per warp
+constexpr int kWarps = 8;  // per block, splitting K
 
 // The 8 weights of a 16-byte load, widened to f32.
 template <bool kBf16>
@@ -35,27 +38,27 @@ __device__ __forceinline__ void widen8(const uint4& u, float (&f)[8]) {
   }
 }
 
-template <bool kBf16, int kMaxM>
+template <bool kBf16, int kMaxM, int kRows>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(Mat x, Mat w, Mat y, float beta) {
+  __shared__ float partial[kWarps][kMaxM][kRows];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const std::int64_t n0 = (static_cast<std::int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
-  if (n0 >= w.rows) return;
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kRows;
   const int m_count = static_cast<int>(x.rows);
   const auto* wbase = static_cast<const std::uint16_t*>(w.data);
-  const std::uint16_t* wrow[kRowsPerWarp];
+  const std::uint16_t* wrow[kRows];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     std::int64_t n = n0 + r < w.rows ? n0 + r : w.rows - 1;  // past the end: reread the last row, not stored
     wrow[r] = wbase + n * w.ld;
   }
-  float acc[kMaxM][kRowsPerWarp] = {};
+  float acc[kMaxM][kRows] = {};
   const auto* xbase = static_cast<const float*>(x.data);
 #pragma unroll 2
-  for (std::int64_t k = lane * 8; k < w.cols; k += 256) {
-    float wf[kRowsPerWarp][8];
+  for (std::int64_t k = threadIdx.x * 8; k < w.cols; k += kWarps * 32 * 8) {
+    float wf[kRows][8];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      uint4 u = __ldg(reinterpret_cast<const uint4*>(wrow[r] + k));
+    for (int r = 0; r < kRows; ++r) {
+      uint4 u = __ldcs(reinterpret_cast<const uint4*>(wrow[r] + k));
       widen8<kBf16>(u, wf[r]);
     }
 #pragma unroll
@@ -65,33 +68,41 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(Mat x, Mat w, Mat y, 
       float4 a = xp[0], b = xp[1];
       const float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r)
+      for (int r = 0; r < kRows; ++r)
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[m][r] = fmaf(xf[i], wf[r][i], acc[m][r]);
     }
   }
 #pragma unroll
-  for (int m = 0; m < kMaxM; ++m) {
-    if (m >= m_count) break;
+  for (int m = 0; m < kMaxM; ++m)
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      float v = warp_sum(acc[m][r]);
-      if (lane == 0 && n0 + r < w.rows) {
-        float* out = static_cast<float*>(y.data) + m * y.ld + n0 + r;
-        *out = beta == 0.0f ? v : v + beta * *out;
-      }
+    for (int r = 0; r < kRows; ++r) {
+      const float v = warp_sum(acc[m][r]);
+      if (lane == 0) partial[warp][m][r] = v;
     }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kMaxM * kRows; i += blockDim.x) {
+    const int m = i / kRows, r = i % kRows;
+    if (m >= m_count || n0 + r >= w.rows) continue;
+    float v = 0;
+#pragma unroll
+    for (int q = 0; q < kWarps; ++q) v += partial[q][m][r];
+    float* out = static_cast<float*>(y.data) + m * y.ld + n0 + r;
+    *out = beta == 0.0f ? v : v + beta * *out;
   }
+}
+
+template <bool kBf16, int kMaxM, int kRows>
+void launch_shape(const Mat& x, const Mat& w, const Mat& y, float beta, cudaStream_t s) {
+  gemv_kernel<kBf16, kMaxM, kRows><<<blocks_for(w.rows, kRows), kWarps * 32, 0, s>>>(x, w, y, beta);
 }
 
 template <bool kBf16>
 cudaError_t launch_typed(const Mat& x, const Mat& w, const Mat& y, float beta, cudaStream_t s) {
-  const unsigned blocks = blocks_for(w.rows, kWarps * kRowsPerWarp);
-  const int threads = kWarps * 32;
-  if (x.rows <= 1) gemv_kernel<kBf16, 1><<<blocks, threads, 0, s>>>(x, w, y, beta);
-  else if (x.rows <= 2) gemv_kernel<kBf16, 2><<<blocks, threads, 0, s>>>(x, w, y, beta);
-  else if (x.rows <= 4) gemv_kernel<kBf16, 4><<<blocks, threads, 0, s>>>(x, w, y, beta);
-  else gemv_kernel<kBf16, 8><<<blocks, threads, 0, s>>>(x, w, y, beta);
+  if (x.rows <= 1) launch_shape<kBf16, 1, 8>(x, w, y, beta, s);
+  else if (x.rows <= 2) launch_shape<kBf16, 2, 4>(x, w, y, beta, s);
+  else if (x.rows <= 4) launch_shape<kBf16, 4, 4>(x, w, y, beta, s);
+  else launch_shape<kBf16, 8, 4>(x, w, y, beta, s);
   return cudaGetLastError();
 }
 

@@ -21,6 +21,8 @@ cudaDataType_t cuda_type(DType t) {
   throw_error(ErrorCode::kUnsupported, "matmul: dtype {} has no cuBLASLt type", to_string(t));
 }
 
+}  // namespace
+
 // The largest power of two (<= 256) dividing the address: cuBLASLt's heuristic assumes 256
 // unless told, and would pick kernels that fault on a less aligned column slice.
 int alignment(const void* p) {
@@ -30,59 +32,65 @@ int alignment(const void* p) {
   return al;
 }
 
-// RAII for the cuBLASLt descriptors of one call.
-struct LtDescs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtDescs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
-// y = x w^T + beta y through cuBLASLt, in its column-major terms: y^T [N, M] = w [K, N]^T x^T,
-// i.e. A = w (transposed, "T"), B = x ("N"), C = y^T; row-major leading dimensions carry over.
-// x and w have the same type here (ops: x converted to w's type first).
-void lt_matmul(CudaState& s, const void* x, std::int64_t ldx, const TensorView& w, const TensorView& y, std::int64_t m,
-               float beta) {
-  const std::int64_t n = w.rows(), k = w.cols(), ldw = w.row_stride(), ldy = y.row_stride();
-  const cudaDataType_t t = cuda_type(w.dtype);
+std::unique_ptr<LtPlan> make_lt_plan(CudaState& s, cudaDataType_t t, std::int64_t m, std::int64_t n, std::int64_t k,
+                                     std::int64_t ldw, std::int64_t ldx, std::int64_t ldy, int al_a, int al_b, int al_c) {
   const int g = s.gpu;
-  LtDescs d;
+  auto plan = std::make_unique<LtPlan>();
+  LtPlan& d = *plan;
   TRELLIS_CUDA_CHECK(g, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans = CUBLAS_OP_T;
   TRELLIS_CUDA_CHECK(g, cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof trans));
   TRELLIS_CUDA_CHECK(g, cublasLtMatrixLayoutCreate(&d.a, t, static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(n), ldw));
   TRELLIS_CUDA_CHECK(g, cublasLtMatrixLayoutCreate(&d.b, t, static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(m), ldx));
   TRELLIS_CUDA_CHECK(g, cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(m), ldy));
+  cublasLtMatmulPreference_t pref = nullptr;
+  TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceCreate(&pref));
+  struct PrefGuard {
+    cublasLtMatmulPreference_t p;
+    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } guard{pref};
+  const std::uint64_t ws = s.workspace_bytes;
+  const auto aa = static_cast<std::uint32_t>(al_a), ab = static_cast<std::uint32_t>(al_b), ac = static_cast<std::uint32_t>(al_c);
+  TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
+  TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
+  TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
+  TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  TRELLIS_CUDA_CHECK(g, cublasLtMatmulAlgoGetHeuristic(s.lt, d.op, d.a, d.b, d.c, d.c, pref, 1, &result, &found));
+  if (found == 0)
+    throw_error(ErrorCode::kUnsupported, "matmul: cuBLASLt has no algorithm for M={} N={} K={} (cudaDataType {}) on GPU {}",
+                m, n, k, static_cast<int>(t), g);
+  d.algo = result.algo;
+  return plan;
+}
+
+namespace {
+
+// y = x w^T + beta y through cuBLASLt, in its column-major terms: y^T [N, M] = w [K, N]^T x^T,
+// i.e. A = w (transposed, "T"), B = x ("N"), C = y^T; row-major leading dimensions carry over.
+// x and w have the same type here (ops: x converted to w's type first). The descriptors and
+// the heuristic's algorithm are made once per shape and kept (CudaState::plans): making them
+// per call cost several microseconds of host time, as much as a prefill GEMM of 128 tokens
+// takes on an H100, and left the GPU waiting between launches.
+void lt_matmul(CudaState& s, const void* x, std::int64_t ldx, const TensorView& w, const TensorView& y, std::int64_t m,
+               float beta) {
+  const std::int64_t n = w.rows(), k = w.cols(), ldw = w.row_stride(), ldy = y.row_stride();
+  const cudaDataType_t t = cuda_type(w.dtype);
+  const int g = s.gpu;
   const int al_a = alignment(w.data), al_b = alignment(x), al_c = alignment(y.data);
   CudaState::GemmKey key{m, n, k, ldw, ldx, ldy, static_cast<int>(t), al_a, al_b, al_c};
-  auto it = s.algos.find(key);
-  if (it == s.algos.end()) {
-    TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceCreate(&d.pref));
-    const std::uint64_t ws = s.workspace_bytes;
-    const std::uint32_t aa = static_cast<std::uint32_t>(al_a), ab = static_cast<std::uint32_t>(al_b),
-                        ac = static_cast<std::uint32_t>(al_c);
-    TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
-    TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
-    TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
-    TRELLIS_CUDA_CHECK(g, cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    TRELLIS_CUDA_CHECK(g, cublasLtMatmulAlgoGetHeuristic(s.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found));
-    if (found == 0)
-      throw_error(ErrorCode::kUnsupported, "matmul: cuBLASLt has no algorithm for M={} N={} K={} ({} weight {}) on GPU {}",
-                  m, n, k, to_string(w.dtype), w.describe(), g);
-    it = s.algos.emplace(key, result.algo).first;
+  auto it = s.plans.find(key);
+  if (it == s.plans.end()) {
+    // Bounded: prefill chunks of every length would otherwise keep a plan each forever.
+    if (s.plans.size() >= CudaState::kMaxPlans) s.plans.clear();
+    it = s.plans.emplace(key, make_lt_plan(s, t, m, n, k, ldw, ldx, ldy, al_a, al_b, al_c)).first;
   }
+  const LtPlan& d = *it->second;
   const float alpha = 1.0f;
-  TRELLIS_CUDA_CHECK(g, cublasLtMatmul(s.lt, d.op, &alpha, w.data, d.a, x, d.b, &beta, y.data, d.c, y.data, d.c,
-                                       &it->second, s.workspace, s.workspace_bytes, s.stream));
+  TRELLIS_CUDA_CHECK(g, cublasLtMatmul(s.lt, d.op, &alpha, w.data, d.a, x, d.b, &beta, y.data, d.c, y.data, d.c, &d.algo,
+                                       s.workspace, s.workspace_bytes, s.stream));
 }
 
 void launched(const CudaState& s, cudaError_t e, const char* kernel) { check(e, kernel, s.gpu); }
@@ -102,12 +110,13 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
   const bool gemv_ok = gemv_supported(xm, wm);
   if (opt.algo == MatmulAlgo::kGemv && !gemv_ok)
     throw_error(ErrorCode::kUnsupported,
-                "matmul: the cuda gemv needs bf16/f16 weights, K a multiple of 8 and 16-byte aligned rows of x and w "
+                "matmul: the cuda gemv needs f32 x, bf16/f16 weights, K a multiple of 8 and 16-byte aligned rows of x and w "
                 "(x {}, w {})",
                 x.describe(), w.describe());
   if (gemv_ok && (opt.algo == MatmulAlgo::kGemv || (opt.algo == MatmulAlgo::kAuto && m <= kGemvMaxRows)))
     return launched(s, launch_gemv(xm, wm, ym, opt.beta, s.stream), "gemv_kernel");
-  if (w.dtype == DType::kF32) return lt_matmul(s, x.data, x.row_stride(), w, y, m, opt.beta);
+  // x already of w's type (f32, or 16-bit activations a caller rounded): straight to cuBLASLt.
+  if (x.dtype == w.dtype) return lt_matmul(s, x.data, x.row_stride(), w, y, m, opt.beta);
   // 16-bit weights: cuBLASLt wants both inputs of one type, so x is rounded to w's type in
   // the scratch (dense, M x K) first. This is the one place the CUDA result differs from
   // the CPU's beyond summation order (kernels/README.md gives the bound).

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <tuple>
 
@@ -16,6 +17,22 @@
 #include "trellis/kernels/context.hpp"
 
 namespace trellis::kernels {
+
+// The cuBLASLt descriptors and algorithm of one GEMM shape; destroys them.
+struct LtPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  LtPlan() = default;
+  LtPlan(const LtPlan&) = delete;
+  LtPlan& operator=(const LtPlan&) = delete;
+  ~LtPlan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
 
 // One per CUDA Context. Scratch memory is reused by every op in stream order: an op's
 // uploads and temporaries are consumed by kernels enqueued before the next op's uploads.
@@ -28,11 +45,12 @@ struct CudaState {
   std::size_t workspace_bytes = 0;
   void* scratch = nullptr;
   std::size_t scratch_bytes = 0;
-  // cuBLASLt heuristic results by (M, N, K, lds, types, alignments): the query costs more
-  // than a small matmul.
+  // cuBLASLt descriptors and heuristic result by (M, N, K, lds, type, alignments), made on
+  // first use (ops.cpp lt_matmul): both cost more host time than a small GEMM takes.
   using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int,
                              int, int, int>;
-  std::map<GemmKey, cublasLtMatmulAlgo_t> algos;
+  static constexpr std::size_t kMaxPlans = 4096;
+  std::map<GemmKey, std::unique_ptr<LtPlan>> plans;
 };
 
 namespace cuda {
@@ -51,6 +69,14 @@ inline std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
 // Copies a host array to device memory `dst` on the stream (pageable source: staged before
 // the call returns, so the caller may reuse it).
 void upload(CudaState& s, void* dst, const void* src, std::size_t bytes);
+
+// The cuBLASLt descriptors and algorithm (the heuristic's first) of y[M,N] f32 = x[M,K]
+// w[N,K]^T with x and w of type t, row-major leading dimensions and the operands' alignments
+// in bytes (ops.cpp; DirectGemm uses it too, so the peer runs the same algorithm).
+std::unique_ptr<LtPlan> make_lt_plan(CudaState& s, cudaDataType_t t, std::int64_t m, std::int64_t n, std::int64_t k,
+                                     std::int64_t ldw, std::int64_t ldx, std::int64_t ldy, int al_a, int al_b, int al_c);
+// The largest power of two (<= 256) dividing the address.
+int alignment(const void* p);
 
 // The launchers' view of a validated matrix view.
 Mat mat_of(const TensorView& m);

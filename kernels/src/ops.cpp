@@ -49,7 +49,8 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
             const MatmulOptions& opt) {
   const char* op = "matmul";
   TensorView a = mat(ctx, op, x), b = mat(ctx, op, w), c = mat(ctx, op, y);
-  need_f32(op, a);
+  // On CUDA, activations already in the weight's 16-bit type go to cuBLASLt as they are.
+  if (!(on_cuda(ctx) && a.dtype == b.dtype && (a.dtype == DType::kBF16 || a.dtype == DType::kF16))) need_f32(op, a);
   need_f32(op, c);
   if (a.cols() != b.cols())
     throw_error(ErrorCode::kInvalidArgument, "matmul: input {} has {} columns but weight {} has {} (weights are [out, in])",

@@ -13,8 +13,10 @@ Subcommands
          of a batch of prompts of different lengths (every position) and for several
          teacher-forced decode steps. Exit 0: all match; 1: a mismatch; 77: skipped (no
          torch; exit 1 instead under TRELLIS_REQUIRE_PEERS=1).
-  bench  decode tokens/s at batch 1 of PyTorch eager on a checkpoint (one JSON line);
-         `trellis bench model` runs this in the same run as its own measurement.
+  bench  decode tokens/s at batch 1 of PyTorch eager on a checkpoint (one JSON line), on the
+         CPU or (--device cuda) a GPU, with this file's forward (--impl reference) or with
+         transformers' AutoModelForCausalLM (--impl hf, where transformers is installed, e.g.
+         the GPU machine); `trellis bench model` runs it in the same run as its own measurement.
 
 Tolerances (max |trellis - torch| / max(1, max |torch|) over all logits of a case):
   F32 checkpoint, f32 weights:   1e-4   (both compute in f32; only summation order differs)
@@ -100,18 +102,18 @@ def rope_inv_freq(cfg, head_dim):
 
 
 class Reference:
-    def __init__(self, model_dir, dtype=torch.float32):
+    def __init__(self, model_dir, dtype=torch.float32, device="cpu"):
         cfg, t = read_checkpoint(model_dir)
-        self.cfg, self.dtype = cfg, dtype
+        self.cfg, self.dtype, self.device = cfg, dtype, torch.device(device)
         self.h = cfg["hidden_size"]
         self.nh = cfg["num_attention_heads"]
         self.nkv = cfg.get("num_key_value_heads", self.nh)
         self.hd = cfg.get("head_dim") or self.h // self.nh
         self.eps = cfg.get("rms_norm_eps", 1e-6)
-        self.w = {k: v.to(dtype) for k, v in t.items()}
+        self.w = {k: v.to(device=self.device, dtype=dtype) for k, v in t.items()}
         if "lm_head.weight" not in self.w:
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
-        self.inv_freq = rope_inv_freq(cfg, self.hd)
+        self.inv_freq = rope_inv_freq(cfg, self.hd).to(self.device)
 
     def rms_norm(self, x, w):
         xf = x.float()
@@ -135,8 +137,8 @@ class Reference:
         """Logits [n, vocab] for `tokens` at positions start.., appending to `cache` (a list
         of per-layer [k, v] tensors [kv_heads, len, hd], filled on first use)."""
         n = len(tokens)
-        pos = torch.arange(start, start + n)
-        x = self.w["model.embed_tokens.weight"][torch.tensor(tokens)]
+        pos = torch.arange(start, start + n, device=self.device)
+        x = self.w["model.embed_tokens.weight"][torch.tensor(tokens, device=self.device)]
         for l in range(self.cfg["num_hidden_layers"]):
             p = f"model.layers.{l}."
             h = self.rms_norm(x, self.w[p + "input_layernorm.weight"])
@@ -153,7 +155,7 @@ class Reference:
             V = cache[l][1].repeat_interleave(rep, 0)
             s = (q.transpose(0, 1) @ K.transpose(1, 2)) / math.sqrt(self.hd)  # [nh, n, len]
             total = K.shape[1]
-            mask = torch.arange(total)[None, :] > (pos[:, None])  # key position > query position
+            mask = torch.arange(total, device=self.device)[None, :] > (pos[:, None])  # key position > query position
             s = s.masked_fill(mask[None], float("-inf"))
             a = torch.softmax(s.float(), -1).to(self.dtype) @ V  # [nh, n, hd]
             x = x + self.linear(a.transpose(0, 1).reshape(n, self.nh * self.hd), p + "self_attn.o_proj")
@@ -242,13 +244,39 @@ def check(args):
 
 # ---- bench -----------------------------------------------------------------------------
 
+class HfPeer:
+    """Hugging Face transformers' own Llama (AutoModelForCausalLM) on the same checkpoint: the
+    eager PyTorch implementation most users know, with its KV cache (DynamicCache)."""
+
+    def __init__(self, model_dir, dtype, device):
+        from transformers import AutoModelForCausalLM  # only this peer needs transformers
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+        except TypeError:  # transformers < 4.56 names it torch_dtype
+            self.model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype)
+        self.model.to(device).eval()
+        self.device = device
+        self.past = None
+
+    def forward(self, tokens, start, cache):
+        ids = torch.tensor([tokens], device=self.device)
+        out = self.model(input_ids=ids, past_key_values=self.past, use_cache=True)
+        self.past = out.past_key_values
+        return out.logits[0].float()
+
+
 def bench(args):
     torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"torch_reference: --device cuda, but this torch {torch.__version__} sees no CUDA GPU", file=sys.stderr)
+        return 2
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     t0 = time.perf_counter()
-    ref = Reference(args.model, dtype)
+    ref = HfPeer(args.model, dtype, args.device) if args.impl == "hf" else Reference(args.model, dtype, args.device)
+    sync()
     load_s = time.perf_counter() - t0
-    vocab = ref.cfg["vocab_size"]
+    vocab = json.load(open(os.path.join(args.model, "config.json")))["vocab_size"]
     prompt = [(i * 37 + 5) % vocab for i in range(args.prompt)]
     steps = []
     with torch.no_grad():
@@ -256,16 +284,22 @@ def bench(args):
         logits = ref.forward(prompt, 0, cache)
         pos = len(prompt)
         for _ in range(args.steps + 1):  # the first step is a warm-up
-            nxt = int(logits[-1].argmax())
+            nxt = int(logits[-1].argmax())  # (on CUDA this waits for the step before)
             t0 = time.perf_counter()
             logits = ref.forward([nxt], pos, cache)
+            sync()
             steps.append(time.perf_counter() - t0)
             pos += 1
     steps = sorted(steps[1:])
     med = steps[len(steps) // 2]
+    version = torch.__version__
+    if args.impl == "hf":
+        import transformers
+        version += f", transformers {transformers.__version__}"
     print(json.dumps({"decode_tokens_per_s": 1.0 / med, "median_step_s": med, "steps": args.steps,
-                      "dtype": args.dtype, "threads": torch.get_num_threads(), "torch_version": torch.__version__,
-                      "load_s": load_s}))
+                      "dtype": args.dtype, "impl": args.impl, "threads": torch.get_num_threads(),
+                      "torch_version": version, "load_s": load_s, "device": args.device,
+                      "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None}))
     return 0
 
 
@@ -282,6 +316,9 @@ def main():
     b.add_argument("--steps", type=int, default=8)
     b.add_argument("--threads", type=int, default=os.cpu_count())
     b.add_argument("--dtype", choices=["bf16", "f32"], default="bf16")
+    b.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    b.add_argument("--impl", choices=["reference", "hf"], default="reference",
+                   help="reference: this file's eager Llama; hf: transformers' AutoModelForCausalLM")
     a = ap.parse_args()
     return check(a) if a.cmd == "check" else bench(a)
 

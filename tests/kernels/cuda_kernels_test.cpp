@@ -14,6 +14,7 @@
 //  * attention: 2e-5 + 1e-4 relative, as the CPU attention test.
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "../harness/gpu_main.hpp"
 #include "kernel_test_util.hpp"
@@ -150,7 +151,14 @@ INSTANTIATE_TEST_SUITE_P(
                     MatmulCase{33, 100, 200, DType::kF32, MatmulAlgo::kAuto},
                     MatmulCase{64, 384, 1024, DType::kBF16, MatmulAlgo::kAuto}, // prefill, bf16
                     MatmulCase{17, 96, 72, DType::kF16, MatmulAlgo::kAuto},
-                    MatmulCase{7, 64, 3, DType::kBF16, MatmulAlgo::kAuto}));    // K % 8 != 0: cuBLASLt
+                    MatmulCase{7, 64, 3, DType::kBF16, MatmulAlgo::kAuto},      // K % 8 != 0: cuBLASLt
+                    // The GEMV's blocks split K over 8 warps (2048 weights a step) and own 8
+                    // rows at M <= 2, 4 above: one weight chunk, a ragged last step, ragged rows.
+                    MatmulCase{1, 1, 8, DType::kBF16, MatmulAlgo::kAuto},
+                    MatmulCase{2, 9, 4104, DType::kBF16, MatmulAlgo::kAuto},
+                    MatmulCase{8, 3, 2056, DType::kF16, MatmulAlgo::kAuto},
+                    MatmulCase{1, 2050, 2048, DType::kBF16, MatmulAlgo::kAuto},
+                    MatmulCase{6, 70, 8192, DType::kBF16, MatmulAlgo::kGemv}));
 
 TEST(Cuda, MatmulColumnSliceAndErrors) {
   // A column slice of x (a fused buffer) and of y: leading dimensions larger than the columns.
@@ -225,6 +233,50 @@ TEST(Cuda, ConvertAndDequantise) {
       convert(cpu(), *q, h);
       convert(gpu(), qd, hd);
       expect_bits(to_host(hd), h, "dequantise " + std::string(to_string(q->view().dtype)) + " -> " + std::string(to_string(t)));
+    }
+  }
+}
+
+// Activations already in the weight's 16-bit type go to cuBLASLt as they are: the result
+// equals the CPU's matmul on those rounded activations (f32 accumulation, another order).
+TEST(Cuda, MatmulTakesSixteenBitActivations) {
+  const std::int64_t m = 24, n = 80, k = 264;
+  std::vector<float> xf = random_floats(static_cast<std::size_t>(m * k), 30), wf = random_floats(static_cast<std::size_t>(n * k), 31);
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    test::Stored w = store(wf, t, n, k);
+    Tensor x32 = test::f32_tensor(xf, m, k), x16 = Tensor::empty(t, {m, k}), xr = Tensor::empty(DType::kF32, {m, k});
+    convert(cpu(), x32, x16);
+    convert(cpu(), x16, xr);  // the activations as the GPU sees them
+    Tensor y_cpu = Tensor::zeros(DType::kF32, {m, n});
+    matmul(cpu(), xr, w.tensor, y_cpu);
+    Tensor yd = Tensor::zeros(DType::kF32, {m, n}, Device::kCuda);
+    matmul(gpu(), to_gpu(x16), to_gpu(w.tensor), yd);
+    expect_near(to_host(yd), y_cpu, 1e-4, 1e-5, "16-bit x " + std::string(to_string(t)));
+    EXPECT_THROW(matmul(cpu(), x16, w.tensor, y_cpu), Error) << "the CPU takes f32 activations only";
+  }
+}
+
+// f32 -> 16-bit conversion has a vectorised path (columns and leading dimensions multiples
+// of 8, 16-byte aligned rows) and a general one; both round exactly as the CPU does.
+TEST(Cuda, ConvertVectorisedAndGeneralPaths) {
+  const std::int64_t rows = 5, width = 2072;
+  std::vector<float> v = random_floats(static_cast<std::size_t>(rows * width), 40, 1e4f);
+  v[7] = std::numeric_limits<float>::infinity();
+  v[9] = -0.0f;
+  v[11] = 3.0e38f;  // rounds to bf16 infinity
+  Tensor f = test::f32_tensor(v, rows, width), fd = to_gpu(f);
+  struct Slice {
+    std::int64_t begin, cols;
+  };
+  // Vectorised: whole rows, an aligned slice past 2048 columns; general: a ragged width, a
+  // slice whose rows start 4 bytes off.
+  for (Slice sl : {Slice{0, width}, Slice{8, 2056}, Slice{0, 100}, Slice{1, 96}}) {
+    for (DType t : {DType::kBF16, DType::kF16}) {
+      Tensor h = Tensor::empty(t, {rows, sl.cols}), hd = Tensor::empty(t, {rows, sl.cols}, Device::kCuda);
+      convert(cpu(), f.view().slice_cols(sl.begin, sl.cols), h);
+      convert(gpu(), fd.view().slice_cols(sl.begin, sl.cols), hd);
+      expect_bits(to_host(hd), h, "convert f32 -> " + std::string(to_string(t)) + " cols " + std::to_string(sl.begin) + "+" +
+                                      std::to_string(sl.cols));
     }
   }
 }

@@ -4,6 +4,7 @@
 #include "trellis/kernels/attention.hpp"
 #include "trellis/kernels/bandwidth.hpp"
 #include "trellis/kernels/context.hpp"
+#include "trellis/kernels/device_bench.hpp"
 #include "trellis/kernels/library.hpp"
 #include "trellis/kernels/ops.hpp"
 #include "trellis/kernels/progress_hook.hpp"

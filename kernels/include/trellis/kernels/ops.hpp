@@ -44,7 +44,8 @@ struct MatmulOptions {
 //  large M (prefill) takes the GEMM path. kernels/README.md says which code runs each case
 //  and why. y must not alias x or w.
 //  CUDA: cuBLASLt (bf16/f16 weights: x rounded to the weight type first, f32 accumulation),
-//  and for M <= 8 with bf16/f16 weights a GEMV kernel (x kept in f32). Block-quantised
+//  and for M <= 8 with bf16/f16 weights a GEMV kernel (x kept in f32). x may also be of the
+//  weight's 16-bit type there (cuBLASLt takes it as it is, no rounding pass). Block-quantised
 //  weights are not supported on CUDA (kUnsupported): convert them to bf16 at load.
 void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const TensorView& y,
             const MatmulOptions& opt = {});
