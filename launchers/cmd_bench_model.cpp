@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -410,10 +411,12 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
     batches = time_batches(o, *reader, cfg, *group, ctx, lo);
   }
   nlohmann::json torch = nlohmann::json::array();
+  // PyTorch on a GPU gets its default, every core (its host-side work is threaded too).
+  const int torch_threads = cuda ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) : ctx.threads();
   if (o.torch)
     for (const auto& impl : split(o.torch_impls, ','))
       for (const auto& d : split(o.torch_dtypes, ','))
-        torch.push_back(run_torch(o, dir, cuda ? 1 : ctx.threads(), d, impl));
+        torch.push_back(run_torch(o, dir, torch_threads, d, impl));
 
   nlohmann::json j = {{"model", dir}, {"params_M", cfg.parameter_count() / 1e6}, {"stored", o.dtype}, {"weights", o.weights},
                       {"quantized_weights", model.has_quantized_weights()},

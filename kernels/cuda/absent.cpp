@@ -3,6 +3,7 @@
 // defined so that kernels/src/ dispatches the same way in every build.
 #include "cuda/cuda_ops.hpp"
 #include "trellis/core/error.hpp"
+#include "trellis/kernels/async_copy.hpp"
 #include "trellis/kernels/device_bench.hpp"
 
 namespace trellis::kernels::cuda {
@@ -71,5 +72,17 @@ DirectGemm::DirectGemm(const Context&, const TensorView&, const TensorView&, con
 }
 DirectGemm::~DirectGemm() = default;
 void DirectGemm::run() { cuda::absent("DirectGemm"); }
+
+}  // namespace trellis::kernels
+
+// async_copy.hpp: no copies without the backend.
+namespace trellis::kernels {
+
+struct Download::Impl {};
+Download::Download(const Context&, int) { cuda::absent("Download"); }
+Download::~Download() = default;
+int Download::slots() const { return 0; }
+void Download::start(int, const TensorView&) { cuda::absent("Download"); }
+const void* Download::wait(int) { cuda::absent("Download"); }
 
 }  // namespace trellis::kernels

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "cuda/cuda_ops.hpp"
@@ -21,6 +22,7 @@ static_assert(static_cast<int>(Elem::kF32) == static_cast<int>(DType::kF32) &&
 namespace {
 
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // cuBLASLt's advice for Hopper
+constexpr std::size_t kUploadHalfBytes = std::size_t{1} << 20;  // a few decode steps of descriptors
 
 ErrorCode code_of(cudaError_t e) {
   switch (e) {
@@ -92,6 +94,9 @@ void destroy_state(CudaState* s) noexcept {
   if (s->lt) cublasLtDestroy(s->lt);
   device_free(s->workspace);
   device_free(s->scratch);
+  if (s->ring.host) cudaFreeHost(s->ring.host);
+  for (auto& e : s->ring.left)
+    if (e) cudaEventDestroy(e);
   if (s->stream) cudaStreamDestroy(s->stream);
   delete s;
 }
@@ -142,7 +147,29 @@ void* scratch(CudaState& s, std::size_t bytes) {
 
 void upload(CudaState& s, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
-  TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s.stream));
+  CudaState::UploadRing& r = s.ring;
+  if (!r.host) {
+    r.half = kUploadHalfBytes;
+    TRELLIS_CUDA_CHECK(s.gpu, cudaHostAlloc(reinterpret_cast<void**>(&r.host), 2 * r.half, cudaHostAllocDefault));
+    for (auto& e : r.left) TRELLIS_CUDA_CHECK(s.gpu, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  const std::size_t need = (bytes + 63) / 64 * 64;
+  if (need > r.half) {  // larger than a half (not seen in a forward): a plain copy
+    TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s.stream));
+    return;
+  }
+  if (r.used + need > r.half) {
+    TRELLIS_CUDA_CHECK(s.gpu, cudaEventRecord(r.left[r.current], s.stream));
+    r.recorded[r.current] = true;
+    r.current ^= 1;
+    r.used = 0;
+    // The other half's last copies were enqueued before its event: past it, it is free.
+    if (r.recorded[r.current]) TRELLIS_CUDA_CHECK(s.gpu, cudaEventSynchronize(r.left[r.current]));
+  }
+  std::byte* stage = r.host + static_cast<std::size_t>(r.current) * r.half + r.used;
+  std::memcpy(stage, src, bytes);
+  r.used += need;
+  TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpyAsync(dst, stage, bytes, cudaMemcpyHostToDevice, s.stream));
 }
 
 Mat mat_of(const TensorView& m) {

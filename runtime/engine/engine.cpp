@@ -27,6 +27,7 @@ class Engine {
         stage_idx_(grid.stage_of(rank)), k_(grid.tp_of(rank)), tsem_(fmt::format("rank {} input buffers", rank)) {
     first_ = stage_idx_ == 0;
     last_ = stage_idx_ == grid.pp - 1;
+    deferred_logits_ = last_ && stage.logits_async() && opt.cpu_sampler && opt.tsem;
     sampler_rank_ = grid.sampler_rank();
     host_ = grid.host_of[static_cast<std::size_t>(rank)];
     auto leaders = host_leaders(grid);
@@ -81,6 +82,11 @@ class Engine {
   void cpu_executor();
   void forward_executor();
   void last_stage_output(const StageInput& in, const float* x, std::int64_t it);
+  // The logits of iteration `it` (counted by this executor) to the sampler: its own queue on
+  // the sampler rank, else a send; `in` only for the inline sampler.
+  void deliver_logits(std::int64_t it, std::int64_t iteration, const StageInput* in);
+  void wait_logits_send(std::int64_t it);
+  void finish_pending_logits();
   // The tokens `st` sampled for `iteration` (and its SWIFT candidates), to the scheduler.
   int max_logit_rows() const { return std::max(opt_.scheduler.max_seqs_per_group, opt_.max_logit_rows); }
   void send_tokens(std::int64_t iteration, const SamplerStage& st, const std::vector<std::int32_t>& tokens);
@@ -130,6 +136,14 @@ class Engine {
   std::vector<float> lrows_;
   std::vector<float> lcols_[2];
   transport::RequestPtr logits_req_[2];
+  // Two-phase logits (StageCompute::logits_async): with the CPU sampler and token-safe inputs
+  // only (the inline sampler needs the input, which the next acquire may reuse).
+  bool deferred_logits_ = false;
+  struct PendingLogits {
+    std::int64_t it, iteration;
+    int rows;
+  };
+  std::optional<PendingLogits> pending_logits_;
   std::mutex token_send_mu_;
   std::deque<std::pair<std::vector<std::byte>, transport::RequestPtr>> token_sends_;
   EngineResult result_;
@@ -235,20 +249,29 @@ void Engine::send_tokens(std::int64_t iteration, const SamplerStage& st, const s
 }
 
 void Engine::last_stage_output(const StageInput& in, const float* x, std::int64_t it) {
+  finish_pending_logits();  // iterations reach the sampler in order
   const int B = in.logit_rows(), V = stage_.vocab_end() - stage_.vocab_begin();
   auto& cols = lcols_[it & 1];
-  if (logits_req_[it & 1])
-    wait_request(*logits_req_[it & 1], deadline(), failed_, fmt::format("rank {}: logits send", rank_));
   // Only prefill chunks that are not a prompt's last: no logits. The sampler (which knows it
   // from the same scheduling output) still answers with an empty token list, so rank 0 hears
   // that the iteration completed.
   if (B == 0) {
+    wait_logits_send(it);
     cols.clear();
     if (rank_ != sampler_rank_) return;
     if (opt_.cpu_sampler) local_logits_q_.push(cols);
     else send_tokens(in.iteration, *inline_sampler_, inline_sampler_->run(in, cols.data()));
     return;
   }
+  if (deferred_logits_) {
+    // GPU: enqueue the LM head and the copy to pinned memory; the rows are collected after
+    // the next forward is enqueued (forward_executor), or before this thread blocks.
+    Tracer::Span span(trace_, Lane::kForward, TraceCat::kForward, "lm head", in.iteration);
+    stage_.start_logits(in, x, static_cast<int>(it & 1));
+    pending_logits_ = PendingLogits{it, in.iteration, B};
+    return;
+  }
+  wait_logits_send(it);
   {
     Tracer::Span span(trace_, Lane::kForward, TraceCat::kForward, "lm head", in.iteration);
     lrows_.resize(static_cast<std::size_t>(B) * static_cast<std::size_t>(V));
@@ -256,16 +279,42 @@ void Engine::last_stage_output(const StageInput& in, const float* x, std::int64_
     cols.resize(lrows_.size());
     transpose_to_columns(lrows_.data(), B, V, cols.data());
   }
+  deliver_logits(it, in.iteration, &in);
+}
+
+void Engine::wait_logits_send(std::int64_t it) {
+  if (logits_req_[it & 1])
+    wait_request(*logits_req_[it & 1], deadline(), failed_, fmt::format("rank {}: logits send", rank_));
+}
+
+void Engine::finish_pending_logits() {
+  if (!pending_logits_) return;
+  const PendingLogits p = *pending_logits_;
+  pending_logits_.reset();
+  const int V = stage_.vocab_end() - stage_.vocab_begin();
+  wait_logits_send(p.it);
+  auto& cols = lcols_[p.it & 1];
+  {
+    Tracer::Span span(trace_, Lane::kForward, TraceCat::kRecv, "logits to host", p.iteration);
+    const float* rows = stage_.finish_logits(static_cast<int>(p.it & 1));
+    cols.resize(static_cast<std::size_t>(p.rows) * static_cast<std::size_t>(V));
+    transpose_to_columns(rows, p.rows, V, cols.data());
+  }
+  deliver_logits(p.it, p.iteration, nullptr);
+}
+
+void Engine::deliver_logits(std::int64_t it, std::int64_t iteration, const StageInput* in) {
+  auto& cols = lcols_[it & 1];
   if (rank_ == sampler_rank_) {
     if (opt_.cpu_sampler) {
       local_logits_q_.push(cols);  // a copy: the sampler owns it while this buffer is refilled
     } else {
-      const auto& toks = inline_sampler_->run(in, cols.data());
-      send_tokens(in.iteration, *inline_sampler_, toks);
+      const auto& toks = inline_sampler_->run(*in, cols.data());
+      send_tokens(iteration, *inline_sampler_, toks);
     }
     return;
   }
-  Tracer::Span span(trace_, Lane::kForward, TraceCat::kSend, "send logits", in.iteration, sampler_rank_);
+  Tracer::Span span(trace_, Lane::kForward, TraceCat::kSend, "send logits", iteration, sampler_rank_);
   logits_req_[it & 1] = links_.link(sampler_rank_).isend(std::as_bytes(std::span(cols)), kTagLogits);
   if (!opt_.cpu_sampler)  // naive PP: the last stage waits for its logits to be consumed
     wait_request(*logits_req_[it & 1], deadline(), failed_, fmt::format("rank {}: logits send", rank_));
@@ -286,6 +335,9 @@ void Engine::forward_executor() {
     stats_out = std::make_unique<StageStatsSender>(links_.link(0), trace_, engine_start_s_);
   for (std::int64_t it = 0;; ++it) {
     const StageInput* in = nullptr;
+    // Deferred logits are collected before any wait that could depend on them (the next
+    // input of a single stage needs the tokens they give); an input already prepared cannot.
+    if (pending_logits_ && !tsem_.forward_ready()) finish_pending_logits();
     if (opt_.tsem) {
       Tracer::Span span(trace_, Lane::kForward, TraceCat::kWait, "wait input");
       in = upstream_wait([&] { return tsem_.forward_acquire(local_deadline()); });
@@ -319,6 +371,7 @@ void Engine::forward_executor() {
       Tracer::Span span(trace_, Lane::kForward, TraceCat::kForward, "forward", in->iteration);
       stage_.forward(*in, buf.data(), trace_);
     }
+    finish_pending_logits();  // the previous microbatch's rows copied while this one was enqueued
     if (sender_) {
       Tracer::Span span(trace_, Lane::kForward, TraceCat::kSend, "send hidden", in->iteration,
                         grid_.rank_at(stage_idx_ + 1, k_));
@@ -332,6 +385,7 @@ void Engine::forward_executor() {
     if (stats_out) stats_out->maybe_send(deadline(), failed_);
     if (failed_.failed) break;
   }
+  if (!failed_.failed) finish_pending_logits();
   if (stats_out && !failed_.failed) stats_out->send_last(deadline(), failed_);
   for (auto& r : sends)
     if (r) wait_request(*r, deadline(), failed_, fmt::format("rank {}: hidden-state send", rank_));
@@ -573,6 +627,13 @@ EngineResult Engine::run() {
 
 }  // namespace
 }  // namespace detail
+
+void StageCompute::start_logits(const StageInput&, const float*, int) {
+  throw_error(ErrorCode::kInternal, "start_logits() on a stage whose logits are not asynchronous");
+}
+const float* StageCompute::finish_logits(int) {
+  throw_error(ErrorCode::kInternal, "finish_logits() on a stage whose logits are not asynchronous");
+}
 
 EngineResult run_engine(int rank, const EngineGrid& grid, transport::Transport& links, StageCompute& stage,
                         const std::vector<Request>& requests, const EngineOptions& options, Tracer& tracer) {

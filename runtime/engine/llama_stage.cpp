@@ -1,10 +1,12 @@
 #include "trellis/runtime/engine/llama_stage.hpp"
 
+#include <memory>
 #include <optional>
 
 #include <spdlog/spdlog.h>
 
 #include "trellis/core/error.hpp"
+#include "trellis/kernels/async_copy.hpp"
 #include "trellis/kernels/ops.hpp"
 
 namespace trellis::runtime {
@@ -79,13 +81,32 @@ class LlamaStage final : public StageCompute {
     if (dx_rows_ != in.n_tokens())
       throw_error(ErrorCode::kInternal, "logits() for {} tokens after a forward() of {} on the GPU", in.n_tokens(),
                   dx_rows_);
-    // Synchronous device -> host copy: the engine's sampler hand-off reads `out` at once.
-    // Overlapping it with the next microbatch needs an asynchronous copy on a second stream
-    // into pinned memory, which the kernels layer does not offer yet (docs/runtime.md, GPU).
-    const auto dv = device_buffer(dlogits_, rows, V);
+    // Synchronous device -> host copy (the inline sampler reads `out` at once); with the CPU
+    // sampler the engine takes the two-phase path below instead.
+    const auto dv = device_buffer(dlogits_[0], rows, V);
     m_.local_logits(batch_, device_buffer(dx_, in.n_tokens(), H), dv);
     kernels::copy(m_.context(), dv, ov);
   }
+
+  // GPU: the LM head into this slot's device buffer, then a copy into pinned memory on the
+  // copy stream, ordered after it by an event (kernels::Download). The next forward, which
+  // the engine enqueues before finish_logits, writes the other slot's buffer and dx_ after
+  // this LM head in stream order, so nothing the copy reads changes under it.
+  bool logits_async() const override { return on_device(); }
+  void start_logits(const StageInput& in, const float* x, int slot) override {
+    (void)x;  // on a GPU the hidden state is dx_, left by forward()
+    fill_batch(in);
+    const auto H = m_.config().hidden_size;
+    const auto V = m_.layout().vocab_local();
+    if (dx_rows_ != in.n_tokens())
+      throw_error(ErrorCode::kInternal, "start_logits() for {} tokens after a forward() of {} on the GPU", in.n_tokens(),
+                  dx_rows_);
+    const auto dv = device_buffer(dlogits_[slot & 1], in.logit_rows(), V);
+    m_.local_logits(batch_, device_buffer(dx_, in.n_tokens(), H), dv);
+    if (!download_) download_ = std::make_unique<kernels::Download>(m_.context(), 2);
+    download_->start(slot & 1, dv);
+  }
+  const float* finish_logits(int slot) override { return static_cast<const float*>(download_->wait(slot & 1)); }
 
  private:
   // The model's batch description, rebuilt from the prepared input (small integer copies;
@@ -122,7 +143,8 @@ class LlamaStage final : public StageCompute {
   }
 
   LlamaModel& m_;
-  kernels::Tensor dx_, dlogits_;  // GPU models: the stage's hidden state and logits
+  kernels::Tensor dx_, dlogits_[2];  // GPU models: the stage's hidden state and logits (per slot)
+  std::unique_ptr<kernels::Download> download_;
   std::int64_t dx_rows_ = -1;
   std::optional<VariantRunner> runner_;
   Batch batch_;

@@ -281,6 +281,8 @@ def decode_runs(rep, env, scratch, budget, a, gpu_present):
     for device, n, out_tokens in runs:
         argv = ["trellis", "run", "--device", device, "--preset", a.decode_preset,
                 "--workload", f"n={n},in=32,out={out_tokens},seed=1", "--json"] + a.decode_args.split()
+        if n == 1:  # the timeline of the batch-1 run: where a token's time goes besides the forward
+            argv += ["--trace", str(rep.out / f"trace-{device}-b1.json")]
         rc, out, secs = run_logged(rep, argv, env, budget.cap(a.bench_timeout, a.reserve_s), log=rep.log)
         j = first_json(out) if rc == 0 else None
         row = {"device": device, "batch": n, "out": out_tokens, "exit": rc, "seconds": round(secs, 1)}

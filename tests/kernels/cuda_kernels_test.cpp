@@ -98,6 +98,37 @@ TEST(Cuda, RefusesHostOperands) {
   EXPECT_THROW(add(gpu(), x, y, y), Error);
 }
 
+// A Download's copy starts only after the work queued on the context's stream before
+// start() (here a chain of adds into y), runs on its own stream, and its two slots hold
+// independent copies; waiting on a slot with no copy started is refused.
+TEST(Cuda, DownloadWaitsForQueuedWorkAndKeepsSlotsApart) {
+  const std::int64_t n = 1 << 22;
+  Tensor one = to_gpu(test::f32_tensor(std::vector<float>(static_cast<std::size_t>(n), 1.0f), 1, n));
+  Tensor y = Tensor::zeros(DType::kF32, {1, n}, Device::kCuda), z = Tensor::zeros(DType::kF32, {1, n}, Device::kCuda);
+  Download d(gpu(), 2);
+  EXPECT_EQ(d.slots(), 2);
+  EXPECT_THROW(d.wait(0), Error);
+  for (int i = 0; i < 50; ++i) add(gpu(), y, one, y);  // y = 50 when the copy may start
+  d.start(0, y);
+  add(gpu(), y, one, z);  // z = 51, queued after the copy's start
+  d.start(1, z);
+  Tensor w = Tensor::zeros(DType::kF32, {1, n}, Device::kCuda);
+  for (int i = 0; i < 10; ++i) add(gpu(), w, one, w);  // more work while the copies run
+  const auto* a = static_cast<const float*>(d.wait(0));
+  const auto* b = static_cast<const float*>(d.wait(1));
+  for (std::int64_t i = 0; i < n; i += 4099) {
+    ASSERT_EQ(a[i], 50.0f) << "slot 0 element " << i;
+    ASSERT_EQ(b[i], 51.0f) << "slot 1 element " << i;
+  }
+  EXPECT_EQ(a[n - 1], 50.0f);
+  EXPECT_THROW(d.wait(0), Error) << "the slot's copy was already waited for";
+  EXPECT_THROW(d.start(2, y), Error);
+  Tensor wide = Tensor::zeros(DType::kF32, {2, 16}, Device::kCuda), host = Tensor::zeros(DType::kF32, {2, 16});
+  EXPECT_THROW(d.start(0, wide.view().slice_cols(0, 8)), Error) << "a strided view is refused";
+  EXPECT_THROW(d.start(0, host), Error) << "a host view is refused";
+  gpu().synchronize();
+}
+
 // ---- matmul ----------------------------------------------------------------------------
 
 struct MatmulCase {
@@ -278,6 +309,30 @@ TEST(Cuda, ConvertVectorisedAndGeneralPaths) {
       expect_bits(to_host(hd), h, "convert f32 -> " + std::string(to_string(t)) + " cols " + std::to_string(sl.begin) + "+" +
                                       std::to_string(sl.cols));
     }
+  }
+}
+
+// Host arrays reach the GPU through the context's pinned ring (two 1 MiB halves): 600
+// uploads of 4 KiB queued without a wait wrap it twice while earlier copies may still be
+// pending, and every lookup must still see its own tokens.
+TEST(Cuda, UploadsWrapThePinnedRing) {
+  const std::int64_t vocab = 300, dim = 16, n = 1024;
+  Tensor table = test::f32_tensor(random_floats(static_cast<std::size_t>(vocab * dim), 50), vocab, dim);
+  Tensor td = to_gpu(table);
+  std::vector<std::vector<std::int32_t>> ids(600);
+  std::vector<Tensor> outs;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i].resize(static_cast<std::size_t>(n));
+    for (std::int64_t t = 0; t < n; ++t) ids[i][static_cast<std::size_t>(t)] = static_cast<std::int32_t>((t * 7 + i * 13) % vocab);
+    outs.push_back(Tensor::empty(DType::kF32, {n, dim}, Device::kCuda));
+    embedding(gpu(), td, ids[i], 0, outs.back());
+    for (auto& v : ids[i]) v = -1;  // the caller may reuse its array at once
+  }
+  for (std::size_t i = 0; i < ids.size(); i += 37) {
+    for (std::int64_t t = 0; t < n; ++t) ids[i][static_cast<std::size_t>(t)] = static_cast<std::int32_t>((t * 7 + i * 13) % vocab);
+    Tensor o = Tensor::empty(DType::kF32, {n, dim});
+    embedding(cpu(), table, ids[i], 0, o);
+    expect_bits(to_host(outs[i]), o, "lookup " + std::to_string(i));
   }
 }
 

@@ -57,6 +57,14 @@ TEST(CudaWiring, CpuContextIsStillACpuContext) {
   expect_error([&] { (void)b.cuda_state(); }, ErrorCode::kInternal, {"cpu"});
 }
 
+// The GPU-only helpers refuse a CPU context, on every build and machine.
+TEST(CudaWiring, DeviceHelpersRefuseACpuContext) {
+  Context cpu(Device::kCpu, 1);
+  expect_error([&] { Download d(cpu, 2); }, ErrorCode::kUnsupported, {"Download"});
+  expect_error([&] { DeviceTimer t(cpu); }, ErrorCode::kUnsupported, {"DeviceTimer"});
+  expect_error([&] { (void)measure_device_bandwidth(cpu); }, ErrorCode::kUnsupported, {"measure_device_bandwidth"});
+}
+
 // A view that claims to be GPU memory; never dereferenced, since the check comes first.
 TensorView fake_gpu(std::int64_t rows, std::int64_t cols, const char* name) {
   static float dummy[1];

@@ -1,6 +1,7 @@
 // Umbrella header: the whole public API of the kernels layer.
 #pragma once
 
+#include "trellis/kernels/async_copy.hpp"
 #include "trellis/kernels/attention.hpp"
 #include "trellis/kernels/bandwidth.hpp"
 #include "trellis/kernels/context.hpp"

@@ -94,6 +94,15 @@ class StageCompute {
   // token of a candidates one, row-major [logit_rows, vocab_end - vocab_begin]. Not called
   // when there are no rows.
   virtual void logits(const StageInput& in, const float* x, float* out) = 0;
+  // Two-phase logits for a stage that computes asynchronously (a GPU; SiPipe §5.1):
+  // start_logits enqueues the LM head and the copy of its rows to host memory in `slot`
+  // (0 or 1) and returns at once; finish_logits waits for that copy and returns the rows, as
+  // logits() writes them, valid until the slot's next start. The engine starts the next
+  // microbatch's forward in between when its input is already there, so the copy and the
+  // sampler hand-off overlap GPU work. Only called when logits_async() is true.
+  virtual bool logits_async() const { return false; }
+  virtual void start_logits(const StageInput& in, const float* x, int slot);
+  virtual const float* finish_logits(int slot);
 };
 
 // Where every rank sits. rank_of[stage * tp + k] = world rank; host_of[world rank] = host id.

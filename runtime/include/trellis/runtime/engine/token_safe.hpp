@@ -66,6 +66,11 @@ class TokenSafe {
     cv_.notify_all();
     return b;
   }
+  // Forward executor: whether forward_acquire() would return at once.
+  bool forward_ready() const {
+    std::lock_guard lock(mu_);
+    return ci_ > gi_ || closed_;
+  }
   std::int64_t ci() const {
     std::lock_guard lock(mu_);
     return ci_;
