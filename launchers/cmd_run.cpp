@@ -26,7 +26,7 @@ struct RunOptions {
   // Flags that stand for settings, as given (empty: not given); Config::set checks them, so
   // --max-seqs 0 is refused like --set run.max_seqs=0 rather than silently ignored.
   std::string max_seqs, max_context, sampler_threads, kv_budget, prefill_chunk, device;
-  bool swift = false;
+  bool swift = false, no_cuda_graphs = false;
 };
 
 std::atomic<bool> g_stop{false};
@@ -41,7 +41,8 @@ int run_generate(Session& s, RunOptions& o) {
                                        {"run.kv_budget", "--kv-budget", o.kv_budget},
                                        {"run.prefill_chunk", "--prefill-chunk", o.prefill_chunk},
                                        {"run.device", "--device", o.device},
-                                       {"run.swift", "--swift", o.swift ? std::string("true") : std::string()}});
+                                       {"run.swift", "--swift", o.swift ? std::string("true") : std::string()},
+                                 {"run.cuda_graphs", "--no-cuda-graphs", o.no_cuda_graphs ? std::string("false") : std::string()}});
       rc != 0)
     return rc;
   // A synthetic spec is checked here, on every rank, so that a bad one (n=1e14) is a usage
@@ -130,6 +131,9 @@ Action define_run(CLI::App& sub) {
                  "setting run.prefill_chunk)");
   sub.add_option("--kv-budget", o->kv_budget, "KV-cache memory per rank, e.g. 256MiB (setting run.kv_budget)");
   sub.add_option("--sampler-threads", o->sampler_threads, "CPU sampler threads (setting run.sampler_threads)");
+  sub.add_flag("--no-cuda-graphs", o->no_cuda_graphs,
+               "Ablation: launch every op of a GPU decode step instead of replaying it as a CUDA graph "
+               "(setting run.cuda_graphs)");
   sub.add_flag("--swift", o->swift,
                "SWIFT self-speculative decoding for greedy requests: drafts with a learned set of layers skipped, "
                "verifies a token tree in one forward (settings swift.*; docs/swift.md)");

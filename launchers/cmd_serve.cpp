@@ -26,7 +26,7 @@ struct ServeOptions {
   std::string host, api_key, model_name;
   // Flags that stand for settings, as given (empty: not given); Config::set checks them.
   std::string port, max_seqs, max_context, kv_budget, prefill_chunk, device;
-  bool swift = false;
+  bool swift = false, no_cuda_graphs = false;
 };
 
 std::atomic<bool> g_serve_stop{false};
@@ -41,7 +41,8 @@ int apply_flags(Session& s, const ServeOptions& o) {
                                  {"run.kv_budget", "--kv-budget", o.kv_budget},
                                  {"run.prefill_chunk", "--prefill-chunk", o.prefill_chunk},
                                  {"run.device", "--device", o.device},
-                                 {"run.swift", "--swift", o.swift ? std::string("true") : std::string()}});
+                                 {"run.swift", "--swift", o.swift ? std::string("true") : std::string()},
+                                 {"run.cuda_graphs", "--no-cuda-graphs", o.no_cuda_graphs ? std::string("false") : std::string()}});
 }
 
 serve::ServerOptions server_options(const Config& c, const ServeOptions& o) {
@@ -196,6 +197,9 @@ Action define_serve(CLI::App& sub) {
                  "environment variable TRELLIS_API_KEY keeps it out of the process list)");
   sub.add_option("--max-seqs", o->max_seqs, "Sequences generating at once over all microbatches (run.max_seqs)");
   sub.add_option("--max-context", o->max_context, "Longest sequence, prompt + output (run.max_context)");
+  sub.add_flag("--no-cuda-graphs", o->no_cuda_graphs,
+               "Ablation: launch every op of a GPU decode step instead of replaying it as a CUDA graph "
+               "(setting run.cuda_graphs)");
   sub.add_flag("--swift", o->swift,
                "SWIFT self-speculative decoding for greedy requests (settings swift.*; docs/swift.md)");
   sub.add_option("--prefill-chunk", o->prefill_chunk,

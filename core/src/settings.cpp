@@ -230,6 +230,10 @@ constexpr std::array kSettings = {
                 "independent of what else is batched, slower long prefills; on whenever run.swift is",
                 "TRELLIS_KERNELS_BATCH_INVARIANT", 0, 0},
     // SWIFT self-speculative decoding (docs/swift.md; paper defaults where it gives them).
+    SettingSpec{"run.cuda_graphs", T::kBool, "true",
+                "GPU stages replay the decode forward as CUDA graphs (a pair per batch size, captured the second time "
+                "the size comes; one TP rank, standard wiring); false launches every op (the ablation)",
+                "TRELLIS_CUDA_GRAPHS", 0, 0},
     SettingSpec{"run.swift", T::kBool, "false",
                 "SWIFT self-speculative decoding for greedy requests (a prompt's \"swift\" field overrides it)",
                 "TRELLIS_RUN_SWIFT", 0, 0},

@@ -5,6 +5,7 @@
 #include "trellis/core/error.hpp"
 #include "trellis/kernels/async_copy.hpp"
 #include "trellis/kernels/device_bench.hpp"
+#include "trellis/kernels/graph.hpp"
 
 namespace trellis::kernels::cuda {
 
@@ -84,5 +85,18 @@ Download::~Download() = default;
 int Download::slots() const { return 0; }
 void Download::start(int, const TensorView&) { cuda::absent("Download"); }
 const void* Download::wait(int) { cuda::absent("Download"); }
+
+}  // namespace trellis::kernels
+
+// graph.hpp: nothing to capture without the backend.
+namespace trellis::kernels {
+
+struct OpGraph::Impl {};
+OpGraph::OpGraph(const Context&) { cuda::absent("OpGraph"); }
+OpGraph::~OpGraph() = default;
+void OpGraph::capture(const std::function<void()>&) { cuda::absent("OpGraph"); }
+bool OpGraph::replay(const std::function<void()>&, const std::function<bool()>&) { cuda::absent("OpGraph"); }
+bool OpGraph::captured() const { return false; }
+std::size_t OpGraph::staged_bytes() const { return 0; }
 
 }  // namespace trellis::kernels

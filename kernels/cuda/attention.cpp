@@ -26,7 +26,7 @@ void check_head_dim(const char* op, const AttentionDims& d) {
 
 // Runs the attention kernel over q's rows, row r attending to refs[r].
 void run(CudaState& s, const AttentionDims& dims, const TensorView& q, const std::vector<KvRef>& refs, DType cache,
-         const TensorView& out) {
+         std::int64_t capacity, const TensorView& out) {
   AttentionArgs a;
   a.q = static_cast<const float*>(q.data);
   a.ldq = q.row_stride();
@@ -34,6 +34,9 @@ void run(CudaState& s, const AttentionDims& dims, const TensorView& q, const std
   a.ldo = out.row_stride();
   a.rows = q.rows();
   for (const KvRef& r : refs) a.max_length = std::max(a.max_length, r.length);
+  // In a CUDA graph the grid is fixed while the lengths grow: split by the capacity instead
+  // (graph.hpp); splits past a row's length are empty and the merge skips them.
+  if (s.mode != GraphMode::kOff) a.max_length = std::max(a.max_length, capacity);
   a.n_heads = dims.n_heads;
   a.n_kv_heads = dims.n_kv_heads;
   a.head_dim = dims.head_dim;
@@ -43,6 +46,7 @@ void run(CudaState& s, const AttentionDims& dims, const TensorView& q, const std
   const std::size_t refs_bytes = align_up(refs.size() * sizeof(KvRef));
   auto* base = static_cast<std::byte*>(scratch(s, refs_bytes + attention_scratch_bytes(a, splits)));
   upload(s, base, refs.data(), refs.size() * sizeof(KvRef));
+  if (filling(s)) return;
   a.kv = reinterpret_cast<const KvRef*>(base);
   check(launch_attention(a, splits, base + refs_bytes, s.stream), "attention_kernel", s.gpu);
 }
@@ -52,8 +56,12 @@ void run(CudaState& s, const AttentionDims& dims, const TensorView& q, const std
 void kv_write(const Context& ctx, const KvView& kv, const TensorView& k_new, const TensorView& v_new,
               std::int64_t start_pos) {
   CudaState& s = ctx.cuda_state();
-  check(launch_kv_write(mat_of(k_new), mat_of(v_new), ref_of(kv, 0), static_cast<Elem>(kv.k.dtype),
-                        static_cast<int>(kv.k.shape[0]), static_cast<int>(kv.k.shape[2]), start_pos, s.stream),
+  const KvWriteArgs args{ref_of(kv, 0), start_pos};
+  auto* dev = static_cast<KvWriteArgs*>(scratch(s, sizeof args));
+  upload(s, dev, &args, sizeof args);
+  if (filling(s)) return;
+  check(launch_kv_write(mat_of(k_new), mat_of(v_new), dev, static_cast<Elem>(kv.k.dtype), static_cast<int>(kv.k.shape[0]),
+                        static_cast<int>(kv.k.shape[2]), s.stream),
         "kv_write_kernel", s.gpu);
 }
 
@@ -63,15 +71,19 @@ void attention_prefill(const Context& ctx, const AttentionDims& dims, const Tens
   // Query t of the chunk sees keys 0..start_pos + t: one KvRef per row, same cache.
   std::vector<KvRef> refs(static_cast<std::size_t>(q.rows()));
   for (std::size_t t = 0; t < refs.size(); ++t) refs[t] = ref_of(kv, start_pos + static_cast<std::int64_t>(t) + 1);
-  run(ctx.cuda_state(), dims, q, refs, kv.k.dtype, out);
+  run(ctx.cuda_state(), dims, q, refs, kv.k.dtype, kv.k.shape[1], out);
 }
 
 void attention_decode(const Context& ctx, const AttentionDims& dims, const TensorView& q, std::span<const KvView> kv,
                       std::span<const std::int64_t> lengths, const TensorView& out) {
   check_head_dim("attention_decode", dims);
   std::vector<KvRef> refs(kv.size());
-  for (std::size_t b = 0; b < kv.size(); ++b) refs[b] = ref_of(kv[b], lengths[b]);
-  run(ctx.cuda_state(), dims, q, refs, kv[0].k.dtype, out);
+  std::int64_t capacity = 0;
+  for (std::size_t b = 0; b < kv.size(); ++b) {
+    refs[b] = ref_of(kv[b], lengths[b]);
+    capacity = std::max(capacity, kv[b].k.shape[1]);
+  }
+  run(ctx.cuda_state(), dims, q, refs, kv[0].k.dtype, capacity, out);
 }
 
 void attention_tree(const Context&, const AttentionDims&, const TensorView&, const KvView&, std::int64_t, std::int64_t,
@@ -90,6 +102,7 @@ void kv_copy(const Context& ctx, const KvView& kv, std::int64_t src, std::int64_
   const bool overlap = (src < dst ? dst - src : src - dst) < count;
   std::byte* stage = overlap ? static_cast<std::byte*>(scratch(s, 2 * static_cast<std::size_t>(hkv) * rows * width))
                              : nullptr;
+  if (filling(s)) return;
   auto copy_rows = [&](void* to, std::size_t to_pitch, const void* from, std::size_t from_pitch) {
     if (to_pitch == width && from_pitch == width)
       TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpyAsync(to, from, rows * width, cudaMemcpyDeviceToDevice, s.stream));

@@ -146,6 +146,26 @@ unsigned rows_grid(std::int64_t rows) { return static_cast<unsigned>(rows); }
 
 }  // namespace
 
+cudaError_t load_elementwise_kernels() {
+  cudaFuncAttributes a;
+  cudaError_t e = cudaSuccess;
+  const auto touch = [&](const void* f) {
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, f);
+  };
+  touch(reinterpret_cast<const void*>(add_bias_kernel));
+  touch(reinterpret_cast<const void*>(rms_norm_kernel));
+  touch(reinterpret_cast<const void*>(binary_kernel<true>));
+  touch(reinterpret_cast<const void*>(binary_kernel<false>));
+  touch(reinterpret_cast<const void*>(softmax_kernel));
+  touch(reinterpret_cast<const void*>(embedding_kernel));
+  touch(reinterpret_cast<const void*>(convert_kernel));
+  touch(reinterpret_cast<const void*>(convert_f32_to_16_kernel<true>));
+  touch(reinterpret_cast<const void*>(convert_f32_to_16_kernel<false>));
+  touch(reinterpret_cast<const void*>(rope_kernel));
+  touch(reinterpret_cast<const void*>(scale_kernel));
+  return e;
+}
+
 cudaError_t launch_add_bias(const Mat& y, const Mat& bias, cudaStream_t s) {
   add_bias_kernel<<<grid_for(y.rows * y.cols), kThreads, 0, s>>>(y, bias);
   return cudaGetLastError();

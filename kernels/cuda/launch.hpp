@@ -21,6 +21,14 @@ struct Mat {
   std::int64_t rows = 0, cols = 0, ld = 0;
 };
 
+// Each .cu file's kernels, loaded now (cudaFuncGetAttributes on every instantiation). CUDA
+// loads a kernel lazily at its first launch by default; a kernel whose first launch was
+// inside a stream capture crashed the driver in cuGraphLaunch (H200, driver 580.159), so a
+// context loads them all when it is made (runtime.cpp create_state), before any capture.
+cudaError_t load_elementwise_kernels();
+cudaError_t load_matmul_kernels();
+cudaError_t load_attention_kernels();
+
 // ---- elementwise.cu -------------------------------------------------------------------
 cudaError_t launch_add_bias(const Mat& y, const Mat& bias, cudaStream_t s);
 cudaError_t launch_rms_norm(const Mat& x, const Mat& weight, float eps, const Mat& y, cudaStream_t s);
@@ -79,10 +87,17 @@ std::size_t attention_scratch_bytes(const AttentionArgs& a, int splits);
 // second pass that merges the partial softmaxes. scratch: attention_scratch_bytes bytes.
 cudaError_t launch_attention(const AttentionArgs& a, int splits, void* scratch, cudaStream_t s);
 
-// k_new/v_new f32 [T, n_kv_heads * head_dim] into the cache (`cache`'s pointers and strides;
-// its length is unused) at positions start_pos..; cache element type kF32, kBF16 or kF16.
-cudaError_t launch_kv_write(const Mat& k_new, const Mat& v_new, const KvRef& cache, Elem type, int n_kv_heads,
-                            int head_dim, std::int64_t start_pos, cudaStream_t s);
+// Where a KV write goes, read by the kernel from device memory (so a captured graph writes
+// to this step's slot and position): the cache's pointers and strides (length unused) and
+// the first position.
+struct KvWriteArgs {
+  KvRef cache;
+  std::int64_t start_pos = 0;
+};
+// k_new/v_new f32 [T, n_kv_heads * head_dim] into the cache at positions start_pos.. (args:
+// a device pointer); cache element type kF32, kBF16 or kF16.
+cudaError_t launch_kv_write(const Mat& k_new, const Mat& v_new, const KvWriteArgs* args, Elem type, int n_kv_heads,
+                            int head_dim, cudaStream_t s);
 
 // ---- bench.cu (device_bench.hpp) -------------------------------------------------------
 // Word i of a filled buffer is a fixed function of i; pattern_xor (host) is the XOR of the

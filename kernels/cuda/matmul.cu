@@ -110,6 +110,23 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 
 }  // namespace
 
+cudaError_t load_matmul_kernels() {
+  cudaFuncAttributes a;
+  cudaError_t e = cudaSuccess;
+  const auto touch = [&](const void* f) {
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, f);
+  };
+  touch(reinterpret_cast<const void*>(gemv_kernel<true, 1, 8>));
+  touch(reinterpret_cast<const void*>(gemv_kernel<true, 2, 4>));
+  touch(reinterpret_cast<const void*>(gemv_kernel<true, 4, 4>));
+  touch(reinterpret_cast<const void*>(gemv_kernel<true, 8, 4>));
+  touch(reinterpret_cast<const void*>(gemv_kernel<false, 1, 8>));
+  touch(reinterpret_cast<const void*>(gemv_kernel<false, 2, 4>));
+  touch(reinterpret_cast<const void*>(gemv_kernel<false, 4, 4>));
+  touch(reinterpret_cast<const void*>(gemv_kernel<false, 8, 4>));
+  return e;
+}
+
 bool gemv_supported(const Mat& x, const Mat& w) {
   return x.rows >= 1 && x.rows <= kGemvMaxRows && (w.type == Elem::kBF16 || w.type == Elem::kF16) &&
          x.type == Elem::kF32 && w.cols % 8 == 0 && w.ld % 8 == 0 && x.ld % 4 == 0 && aligned16(w.data) &&

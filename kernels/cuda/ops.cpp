@@ -105,7 +105,7 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
                 w.describe());
   const std::int64_t m = x.rows(), k = x.cols();
   if (m == 0 || w.rows() == 0) return;
-  if (k == 0) return launched(s, launch_scale(mat_of(y), opt.beta, s.stream), "scale_kernel");
+  if (k == 0) return filling(s) ? void() : launched(s, launch_scale(mat_of(y), opt.beta, s.stream), "scale_kernel");
   const Mat xm = mat_of(x), wm = mat_of(w), ym = mat_of(y);
   const bool gemv_ok = gemv_supported(xm, wm);
   if (opt.algo == MatmulAlgo::kGemv && !gemv_ok)
@@ -114,13 +114,14 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
                 "(x {}, w {})",
                 x.describe(), w.describe());
   if (gemv_ok && (opt.algo == MatmulAlgo::kGemv || (opt.algo == MatmulAlgo::kAuto && m <= kGemvMaxRows)))
-    return launched(s, launch_gemv(xm, wm, ym, opt.beta, s.stream), "gemv_kernel");
+    return filling(s) ? void() : launched(s, launch_gemv(xm, wm, ym, opt.beta, s.stream), "gemv_kernel");
   // x already of w's type (f32, or 16-bit activations a caller rounded): straight to cuBLASLt.
-  if (x.dtype == w.dtype) return lt_matmul(s, x.data, x.row_stride(), w, y, m, opt.beta);
+  if (x.dtype == w.dtype) return filling(s) ? void() : lt_matmul(s, x.data, x.row_stride(), w, y, m, opt.beta);
   // 16-bit weights: cuBLASLt wants both inputs of one type, so x is rounded to w's type in
   // the scratch (dense, M x K) first. This is the one place the CUDA result differs from
   // the CPU's beyond summation order (kernels/README.md gives the bound).
   void* xc = scratch(s, dtype_bytes(w.dtype, m * k));
+  if (filling(s)) return;
   const Mat dst{xc, static_cast<Elem>(w.dtype), m, k, k};
   launched(s, launch_convert(xm, dst, s.stream), "convert_kernel");
   lt_matmul(s, xc, k, w, y, m, opt.beta);
@@ -128,26 +129,31 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
 
 void add_bias(const Context& ctx, const TensorView& y, const TensorView& bias) {
   CudaState& s = ctx.cuda_state();
+  if (filling(s)) return;
   launched(s, launch_add_bias(mat_of(y), mat_of(bias), s.stream), "add_bias_kernel");
 }
 
 void rms_norm(const Context& ctx, const TensorView& x, const TensorView& weight, float eps, const TensorView& y) {
   CudaState& s = ctx.cuda_state();
+  if (filling(s)) return;
   launched(s, launch_rms_norm(mat_of(x), mat_of(weight), eps, mat_of(y), s.stream), "rms_norm_kernel");
 }
 
 void swiglu(const Context& ctx, const TensorView& gate, const TensorView& up, const TensorView& out) {
   CudaState& s = ctx.cuda_state();
+  if (filling(s)) return;
   launched(s, launch_swiglu(mat_of(gate), mat_of(up), mat_of(out), s.stream), "swiglu_kernel");
 }
 
 void add(const Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out) {
   CudaState& s = ctx.cuda_state();
+  if (filling(s)) return;
   launched(s, launch_add(mat_of(a), mat_of(b), mat_of(out), s.stream), "add_kernel");
 }
 
 void softmax_rows(const Context& ctx, const TensorView& x) {
   CudaState& s = ctx.cuda_state();
+  if (filling(s)) return;
   launched(s, launch_softmax_rows(mat_of(x), s.stream), "softmax_kernel");
 }
 
@@ -157,6 +163,7 @@ void embedding(const Context& ctx, const TensorView& table, std::span<const std:
   if (tokens.empty()) return;
   void* ids = scratch(s, tokens.size_bytes());
   upload(s, ids, tokens.data(), tokens.size_bytes());
+  if (filling(s)) return;
   launched(s, launch_embedding(mat_of(table), static_cast<const std::int32_t*>(ids), vocab_begin, mat_of(out), s.stream),
            "embedding_kernel");
 }
@@ -165,6 +172,7 @@ void convert(const Context& ctx, const TensorView& src, const TensorView& dst) {
   CudaState& s = ctx.cuda_state();
   if (is_quantized(dst.dtype))
     throw_error(ErrorCode::kUnsupported, "convert: cannot quantise to {} on cuda", dst.describe());
+  if (filling(s)) return;
   launched(s, launch_convert(mat_of(src), mat_of(dst), s.stream), "convert_kernel");
 }
 
@@ -179,6 +187,7 @@ void apply_rope(const Context& ctx, const RopeTable& table, const TensorView& x,
   auto* base = static_cast<std::byte*>(scratch(s, pos_bytes + inv.size() * sizeof(double)));
   upload(s, base, positions.data(), positions.size_bytes());
   upload(s, base + pos_bytes, inv.data(), inv.size() * sizeof(double));
+  if (filling(s)) return;
   launched(s,
            launch_rope(mat_of(x), n_heads, table.head_dim(), reinterpret_cast<const std::int32_t*>(base),
                        reinterpret_cast<const double*>(base + pos_bytes), s.stream),

@@ -81,6 +81,9 @@ CudaState* create_state(int gpu) {
   // A blocking stream: work on the legacy default stream (cudaMemset, cudaFree) stays ordered with it.
   TRELLIS_CUDA_CHECK(gpu, cudaStreamCreate(&s->stream));
   TRELLIS_CUDA_CHECK(gpu, cublasLtCreate(&s->lt));
+  TRELLIS_CUDA_CHECK(gpu, load_elementwise_kernels());
+  TRELLIS_CUDA_CHECK(gpu, load_matmul_kernels());
+  TRELLIS_CUDA_CHECK(gpu, load_attention_kernels());
   s->workspace = device_alloc(kWorkspaceBytes);
   s->workspace_bytes = kWorkspaceBytes;
   guard.s = nullptr;
@@ -135,6 +138,8 @@ void device_zero(void* p, std::size_t bytes) {
 
 void* scratch(CudaState& s, std::size_t bytes) {
   if (bytes <= s.scratch_bytes) return s.scratch;
+  if (s.mode == GraphMode::kRecording)  // the sizing pass before capture grows it; this would be a bug
+    throw_error(ErrorCode::kInternal, "graph capture: the context's scratch would grow to {} bytes mid-capture", bytes);
   std::size_t want = std::max(align_up(bytes), s.scratch_bytes * 2);
   TRELLIS_CUDA_CHECK(s.gpu, cudaStreamSynchronize(s.stream));
   device_free(s.scratch);
@@ -147,13 +152,25 @@ void* scratch(CudaState& s, std::size_t bytes) {
 
 void upload(CudaState& s, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  const std::size_t need = (bytes + 63) / 64 * 64;
+  if (s.mode != GraphMode::kOff) {
+    // A graph's input: staged in its arena, where the captured copy node reads it at replay.
+    GraphStaging& a = *s.staging;
+    const bool room = a.base && a.used + need <= a.capacity;
+    if (room) std::memcpy(a.base + a.used, src, bytes);
+    if (s.mode == GraphMode::kRecording) {
+      if (!room) throw_error(ErrorCode::kInternal, "graph capture: an upload of {} bytes outside the sized arena", bytes);
+      TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpyAsync(dst, a.base + a.used, bytes, cudaMemcpyHostToDevice, s.stream));
+    }
+    a.used += need;
+    return;
+  }
   CudaState::UploadRing& r = s.ring;
   if (!r.host) {
     r.half = kUploadHalfBytes;
     TRELLIS_CUDA_CHECK(s.gpu, cudaHostAlloc(reinterpret_cast<void**>(&r.host), 2 * r.half, cudaHostAllocDefault));
     for (auto& e : r.left) TRELLIS_CUDA_CHECK(s.gpu, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
-  const std::size_t need = (bytes + 63) / 64 * 64;
   if (need > r.half) {  // larger than a half (not seen in a forward): a plain copy
     TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s.stream));
     return;
@@ -178,6 +195,10 @@ Mat mat_of(const TensorView& m) {
 
 void copy(const Context& ctx, const TensorView& src, const TensorView& dst) {
   CudaState& s = ctx.cuda_state();
+  if (s.mode != GraphMode::kOff && (src.device == Device::kCpu || dst.device == Device::kCpu))
+    throw_error(ErrorCode::kInvalidArgument, "copy: {} -> {} touches host memory inside a CUDA graph's body",
+                src.describe(), dst.describe());
+  if (filling(s)) return;
   const std::int64_t rows = src.rows();
   if (rows == 0 || src.cols() == 0) return;
   const std::size_t width = dtype_bytes(src.dtype, src.cols());

@@ -34,6 +34,17 @@ struct LtPlan {
   }
 };
 
+// What ops do while an OpGraph (graph.hpp) records or fills: kRecording enqueues under
+// stream capture, kFilling stages host inputs and launches nothing.
+enum class GraphMode : std::uint8_t { kOff, kRecording, kFilling };
+
+// The arena ops stage their host inputs in while a graph records or fills. `base` null (or
+// too small): only count the bytes (`used`), the sizing pass of a capture.
+struct GraphStaging {
+  std::byte* base = nullptr;
+  std::size_t capacity = 0, used = 0;
+};
+
 // One per CUDA Context. Scratch memory is reused by every op in stream order: an op's
 // uploads and temporaries are consumed by kernels enqueued before the next op's uploads.
 struct CudaState {
@@ -64,6 +75,8 @@ struct CudaState {
     cudaEvent_t left[2] = {nullptr, nullptr};
     bool recorded[2] = {false, false};
   } ring;
+  GraphMode mode = GraphMode::kOff;
+  GraphStaging* staging = nullptr;  // set while mode != kOff
 };
 
 namespace cuda {
@@ -90,6 +103,9 @@ std::unique_ptr<LtPlan> make_lt_plan(CudaState& s, cudaDataType_t t, std::int64_
                                      std::int64_t ldw, std::int64_t ldx, std::int64_t ldy, int al_a, int al_b, int al_c);
 // The largest power of two (<= 256) dividing the address.
 int alignment(const void* p);
+
+// True while an OpGraph fills: an op stages its uploads and returns before launching.
+inline bool filling(const CudaState& s) { return s.mode == GraphMode::kFilling; }
 
 // The launchers' view of a validated matrix view.
 Mat mat_of(const TensorView& m);

@@ -324,7 +324,15 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   vo.progress = transport::ProgressOptions::from_config(config);
   vo.reader = reader.get();
   vo.load = lo;
-  j->stage = make_llama_stage(model, variant, config.get_duration("comm.deadline_ms"), std::move(vo));
+  LlamaStageOptions so;
+  so.cuda_graphs = config.get_bool("run.cuda_graphs");
+  if (use_gpu && world.rank() == 0)
+    spdlog::info("cuda graphs: {}", !so.cuda_graphs ? "off (run.cuda_graphs=false)"
+                                    : o.tp > 1   ? "off (a TP all-reduce goes through host memory, which a graph cannot hold)"
+                                    : variant.kind != Variant::kStandard
+                                        ? "off (the variant's wiring is run op by op)"
+                                        : "decode steps replayed per batch size");
+  j->stage = make_llama_stage(model, variant, config.get_duration("comm.deadline_ms"), std::move(vo), so);
   if (world.rank() == 0 && !variant_is_exact(variant.kind))
     spdlog::warn("model variant nocomm on layers {}-{}: every TP all-reduce removed, outputs are WRONG on purpose "
                  "(the communication-free upper bound)", variant.range_first, variant.range_last - 1);

@@ -1,5 +1,7 @@
 #include "trellis/runtime/engine/llama_stage.hpp"
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -7,6 +9,7 @@
 
 #include "trellis/core/error.hpp"
 #include "trellis/kernels/async_copy.hpp"
+#include "trellis/kernels/graph.hpp"
 #include "trellis/kernels/ops.hpp"
 
 namespace trellis::runtime {
@@ -15,7 +18,13 @@ namespace {
 class LlamaStage final : public StageCompute {
  public:
   explicit LlamaStage(LlamaModel& m) : m_(m) {}
-  LlamaStage(LlamaModel& m, const VariantSpec& v, Millis deadline, VariantOptions opts) : m_(m) {
+  ~LlamaStage() override {
+    if (captures_ > 0)
+      spdlog::info("cuda graphs: {} captured, {} replays, over {} batch sizes (layers {}-{})", captures_, replays_,
+                   graphs_.size(), m_.first_layer(), m_.last_layer() - 1);
+  }
+  LlamaStage(LlamaModel& m, const VariantSpec& v, Millis deadline, VariantOptions opts, LlamaStageOptions so)
+      : m_(m), graphs_on_(so.cuda_graphs) {
     if (v.kind != Variant::kStandard) runner_.emplace(m, v, deadline, std::move(opts));
     if (v.kind == Variant::kLayerParallel)
       spdlog::info("lp placement: {} (layer: each layer of a pair on its own half of the TP ranks, as the paper; "
@@ -44,21 +53,7 @@ class LlamaStage final : public StageCompute {
         kernels::copy(m_.context(), host, xv);
       }
     }
-    if (m_.has_embedding()) {
-      Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "embed", in.iteration);
-      m_.embed(batch_, xv);
-    }
-    if (runner_) {
-      // A variant rewires the residual across layers (ladder keeps a reduction in flight
-      // from one layer into the next), so the stage's layers are one span.
-      Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "layers", in.iteration, m_.first_layer());
-      runner_->run_layers(batch_, xv, m_.first_layer(), m_.last_layer());
-    } else {
-      for (int l = m_.first_layer(); l < m_.last_layer(); ++l) {
-        Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "block", in.iteration, l);
-        m_.standard_layer(l, batch_, xv);
-      }
-    }
+    if (!(graphable(in) && graph_forward(in, xv, trace))) eager_layers(in, xv, trace);
     if (on_device() && !m_.has_lm_head()) {
       // The next stage's sender reads host memory (stage hand-off through the host for now).
       Tracer::Span span(trace, Lane::kForward, TraceCat::kSend, "hidden to host", in.iteration);
@@ -136,13 +131,84 @@ class LlamaStage final : public StageCompute {
   }
 
   bool on_device() const { return m_.device() != kernels::Device::kCpu; }
+
+  // The embedding (stage 0) and this stage's layers, op by op.
+  void eager_layers(const StageInput& in, const kernels::TensorView& xv, Tracer& trace) {
+    if (m_.has_embedding()) {
+      Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "embed", in.iteration);
+      m_.embed(batch_, xv);
+    }
+    if (runner_) {
+      // A variant rewires the residual across layers (ladder keeps a reduction in flight
+      // from one layer into the next), so the stage's layers are one span.
+      Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "layers", in.iteration, m_.first_layer());
+      runner_->run_layers(batch_, xv, m_.first_layer(), m_.last_layer());
+      return;
+    }
+    for (int l = m_.first_layer(); l < m_.last_layer(); ++l) {
+      Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "block", in.iteration, l);
+      m_.standard_layer(l, batch_, xv);
+    }
+  }
+
+  // CUDA graphs (kernels/graph.hpp) for the decode forward of a GPU stage: every sequence one
+  // token, the standard wiring, no skip set or KV moves, one TP rank (a TP all-reduce goes
+  // through host memory, which a graph cannot hold).
+  bool graphable(const StageInput& in) const {
+    if (!graphs_on_ || !on_device() || runner_ || m_.tp_size() != 1 || !batch_.skip.empty() || !moves_.empty())
+      return false;
+    for (const auto& c : batch_.seqs)
+      if (c.n_tokens != 1 || !c.parents.empty() || c.every_logit) return false;
+    return in.n_tokens() > 0;
+  }
+
+  // One pair of graphs per batch size, used in turn (SiPipe's double graphs: the host fills
+  // one's inputs while the GPU may still run the other's). A size is captured the second time
+  // it comes (a size seen once, while a batch fills up, is not worth a capture); a graph whose
+  // buffers moved (a larger batch grew the scratch) is captured again. False: not run (the
+  // caller runs the ops eagerly).
+  bool graph_forward(const StageInput& in, const kernels::TensorView& xv, Tracer& trace) {
+    GraphPair& pair = graphs_[in.n_tokens()];
+    if (++pair.seen < 2) return false;
+    const int slot = flip_;
+    flip_ ^= 1;
+    auto body = [&] {
+      if (m_.has_embedding()) m_.embed(batch_, xv);
+      for (int l = m_.first_layer(); l < m_.last_layer(); ++l) m_.standard_layer(l, batch_, xv);
+    };
+    // The graph holds the addresses of the model's scratch and of x: both must be the ones
+    // it was captured with, before the fill and after it (a fill may not grow them).
+    const auto buffers = [&] { return m_.scratch_fingerprint() ^ std::hash<const void*>{}(xv.data); };
+    auto& g = pair.graph[slot];
+    if (!g) g = std::make_unique<kernels::OpGraph>(m_.context());
+    Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "graph", in.iteration, m_.first_layer());
+    const std::size_t expected = pair.fingerprint[slot];
+    if (g->captured() && buffers() == expected && g->replay(body, [&] { return buffers() == expected; })) {
+      ++replays_;
+    } else {
+      g->capture(body);
+      pair.fingerprint[slot] = buffers();
+      ++captures_;
+    }
+    return true;
+  }
   // A [rows, cols] f32 view of a grow-only device tensor.
   kernels::TensorView device_buffer(kernels::Tensor& t, std::int64_t rows, std::int64_t cols) {
     if (t.numel() < rows * cols) t = kernels::Tensor::empty(kernels::DType::kF32, {rows * cols}, m_.device());
     return kernels::TensorView::matrix(t.view().data, kernels::DType::kF32, rows, cols, -1, m_.device());
   }
 
+  struct GraphPair {
+    int seen = 0;
+    std::unique_ptr<kernels::OpGraph> graph[2];
+    std::size_t fingerprint[2] = {0, 0};
+  };
+
   LlamaModel& m_;
+  bool graphs_on_ = false;
+  std::map<std::int64_t, GraphPair> graphs_;
+  int flip_ = 0;
+  std::int64_t captures_ = 0, replays_ = 0;
   kernels::Tensor dx_, dlogits_[2];  // GPU models: the stage's hidden state and logits (per slot)
   std::unique_ptr<kernels::Download> download_;
   std::int64_t dx_rows_ = -1;
@@ -200,8 +266,8 @@ class TimedGroup final : public transport::Group {
 std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model) { return std::make_unique<LlamaStage>(model); }
 
 std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model, const VariantSpec& variant, Millis deadline,
-                                               VariantOptions opts) {
-  return std::make_unique<LlamaStage>(model, variant, deadline, std::move(opts));
+                                               VariantOptions opts, LlamaStageOptions stage) {
+  return std::make_unique<LlamaStage>(model, variant, deadline, std::move(opts), stage);
 }
 
 std::unique_ptr<transport::Group> make_timed_group(transport::Group& inner, Tracer& trace) {

@@ -1,6 +1,7 @@
 // LlamaModel forward: the per-module steps and the standard residual wiring (the
 // wiring lives only in standard_layer so variants can replace it).
 #include <cstring>
+#include <functional>
 
 #include "llama_internal.hpp"
 #include "trellis/core/error.hpp"
@@ -93,6 +94,14 @@ TensorView LlamaModel::scratch(int which, std::int64_t rows, std::int64_t cols) 
   kernels::Tensor& t = scratch_[static_cast<std::size_t>(which)];
   if (t.numel() < rows * cols) t = kernels::Tensor::empty(kernels::DType::kF32, {rows * cols}, device());
   return TensorView::matrix(t.view().data, kernels::DType::kF32, rows, cols, -1, device());
+}
+
+int LlamaModel::tp_size() const { return tp_.size(); }
+
+std::size_t LlamaModel::scratch_fingerprint() const {
+  std::size_t h = 0;
+  for (const auto& t : scratch_) h = h * 1000003u ^ std::hash<const void*>{}(t.view().data);
+  return h;
 }
 
 std::int64_t LlamaModel::window_rows() const {

@@ -272,31 +272,40 @@ def help_has(env, sub, flag, top=False):
 
 
 def decode_runs(rep, env, scratch, budget, a, gpu_present):
-    """`trellis run` on a synthetic model: GPU at batch 1 and 16 (the CPU at batch 1 without a GPU).
-    Decode speed is 1 / median TPOT (batch 1) and generated tokens / wall (batch 16)."""
+    """`trellis run` on a synthetic model: GPU at batch 1 and 16, each with CUDA graphs (the
+    default) and without (--no-cuda-graphs, the ablation), interleaved; the CPU at batch 1
+    without a GPU. Decode speed is 1 / median TPOT (batch 1) and generated tokens / wall
+    (batch 16). The batch-1 graph run leaves its timeline (trace-cuda-b1.json)."""
     # The CPU run is the stand-in where there is no GPU (it checks the script); on a GPU
     # machine its host CPU is not ours to report and the time is better spent on the GPU.
-    runs = [("cuda", 1, 128), ("cuda", 16, 64)] if gpu_present else [("cpu", 1, 32)]
+    runs = ([("cuda", 1, 128, True), ("cuda", 1, 128, False), ("cuda", 16, 64, True), ("cuda", 16, 64, False)]
+            if gpu_present else [("cpu", 1, 32, False)])
     found, parts = [], [] if gpu_present else ["cuda: no GPU"]
-    for device, n, out_tokens in runs:
+    for device, n, out_tokens, graphs in runs:
         argv = ["trellis", "run", "--device", device, "--preset", a.decode_preset,
                 "--workload", f"n={n},in=32,out={out_tokens},seed=1", "--json"] + a.decode_args.split()
-        if n == 1:  # the timeline of the batch-1 run: where a token's time goes besides the forward
+        if device == "cuda" and not graphs:
+            argv.append("--no-cuda-graphs")
+        if n == 1 and (graphs or device == "cpu"):
             argv += ["--trace", str(rep.out / f"trace-{device}-b1.json")]
         rc, out, secs = run_logged(rep, argv, env, budget.cap(a.bench_timeout, a.reserve_s), log=rep.log)
         j = first_json(out) if rc == 0 else None
-        row = {"device": device, "batch": n, "out": out_tokens, "exit": rc, "seconds": round(secs, 1)}
+        label = f"{device}{'' if device == 'cpu' else (' graphs' if graphs else ' eager')} b={n}"
+        row = {"device": device, "cuda_graphs": graphs, "batch": n, "out": out_tokens, "exit": rc, "seconds": round(secs, 1)}
+        m = re.search(r"cuda graphs: ([0-9]+) captured, ([0-9]+) replays", out)
+        if m:
+            row.update(graphs_captured=int(m.group(1)), graph_replays=int(m.group(2)))
         if j and j.get("tpot", {}).get("p50_s"):
             row.update(tpot_p50_s=j["tpot"]["p50_s"], throughput_tokens_per_s=j.get("throughput_tokens_per_s"),
                        ttft_p50_s=j.get("ttft", {}).get("p50_s"), load_s=j.get("startup", {}).get("load_s"))
             speed = (f"{1 / j['tpot']['p50_s']:.1f} tok/s (TPOT p50 {1e3 * j['tpot']['p50_s']:.2f} ms)" if n == 1
                      else f"{j.get('throughput_tokens_per_s', 0):.0f} tok/s generated")
-            parts.append(f"{device} b={n} {speed}")
+            parts.append(f"{label} {speed}" + (f" [{m.group(2)} replays]" if m else ""))
         else:
             reason = " | ".join(out.strip().splitlines()[-2:])[:200]
             row["error"] = reason
-            parts.append(f"{device} b={n} exit {rc}")
-        rep.say(f"  {device:4s} batch {n:2d}: " + (parts[-1] if "error" not in row else f"exit {rc}: {row['error']}"))
+            parts.append(f"{label} exit {rc}")
+        rep.say(f"  {label:18s}: " + (parts[-1] if "error" not in row else f"exit {rc}: {row['error']}"))
         found.append(row)
     (rep.out / "bench-decode.json").write_text(json.dumps({"preset": a.decode_preset, "runs": found}, indent=1) + "\n")
     failed = sum(1 for r in found if "error" in r)

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdio>
 #include <string>
 
@@ -11,7 +12,19 @@
 
 namespace trellis::test {
 
+// A crash in a GPU test must say which test crashed: stdout unbuffered (a pipe's buffer dies
+// with the process) and SIGSEGV/SIGABRT reported with the running test's name first.
+inline void report_fatal_signal(int sig) {
+  const auto* t = testing::UnitTest::GetInstance()->current_test_info();
+  std::fprintf(stderr, "\nfatal signal %d in test %s.%s\n", sig, t ? t->test_suite_name() : "?", t ? t->name() : "?");
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
 inline int gpu_test_main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  std::signal(SIGSEGV, report_fatal_signal);
+  std::signal(SIGABRT, report_fatal_signal);
   const kernels::CudaKernelsInfo info = kernels::cuda_kernels_info();
   if (!info.built || info.gpus.empty()) {
     const std::string why = info.built ? info.why : "the CUDA backend is not built (" + info.why + ")";

@@ -20,7 +20,7 @@ if [ $rc != 0 ]; then
   fi
   echo "FAIL bench kernels --device cuda: exit $rc"; echo "$out"; exit 1
 fi
-for key in read_median_GBps copy_median_GBps cublaslt_direct_TFLOPs ours_16bit_x_TFLOPs fraction_of_read; do
+for key in read_median_GBps copy_median_GBps cublaslt_direct_TFLOPs ours_16bit_x_TFLOPs fraction_of_read model_gemv; do
   grep -q "\"$key\"" <<<"$out" || { echo "FAIL bench kernels JSON lacks $key"; echo "$out"; exit 1; }
 done
 echo "ok   bench kernels --device cuda: $(grep -Eo '"read_median_GBps": *[0-9.]+' <<<"$out")"

@@ -336,6 +336,71 @@ TEST(Cuda, UploadsWrapThePinnedRing) {
   }
 }
 
+// A captured decode-shaped step (embedding, RoPE, KV write, decode attention, GEMV, add)
+// replayed with new tokens, positions and slots computes what the same ops compute eagerly:
+// the KV caches end bit-identical and every step's output agrees (the graph splits the keys
+// by capacity, eager by length: another summation order). A replay whose body stages a
+// different amount of input is refused; one after the scratch moved returns false.
+TEST(Cuda, GraphReplayMatchesEagerSteps) {
+  const int heads = 4, kv_heads = 2, hd = 32, B = 2;
+  const std::int64_t vocab = 50, H = heads * hd, kvw = kv_heads * hd, cap = 300;
+  const AttentionDims dims{heads, kv_heads, hd};
+  RopeConfig rc;
+  rc.head_dim = hd;
+  RopeTable rope(rc, cap);
+  Tensor table = to_gpu(test::f32_tensor(random_floats(static_cast<std::size_t>(vocab * (H + 2 * kvw)), 60), vocab, H + 2 * kvw));
+  Tensor w = to_gpu(store(random_floats(static_cast<std::size_t>(H * H), 61), DType::kBF16, H, H).tensor);
+  KvCache graph_kv(1, 3, kv_heads, cap, hd, DType::kBF16, Device::kCuda), eager_kv(1, 3, kv_heads, cap, hd, DType::kBF16, Device::kCuda);
+  Tensor x = Tensor::empty(DType::kF32, {B, H + 2 * kvw}, Device::kCuda), attn = Tensor::empty(DType::kF32, {B, H}, Device::kCuda);
+  Tensor y = Tensor::empty(DType::kF32, {B, H}, Device::kCuda);
+  std::vector<std::int32_t> tokens(B), pos(B);
+  std::vector<int> slots(B);
+  auto step = [&](KvCache& kv) {
+    embedding(gpu(), table, tokens, 0, x);
+    apply_rope(gpu(), rope, x.view().slice_cols(0, H), heads, pos);
+    apply_rope(gpu(), rope, x.view().slice_cols(H, kvw), kv_heads, pos);
+    std::vector<KvView> views;
+    std::vector<std::int64_t> lengths;
+    for (int b = 0; b < B; ++b) {
+      views.push_back(kv.view(0, slots[static_cast<std::size_t>(b)]));
+      kv_write(gpu(), views.back(), x.view().slice_rows(b, 1).slice_cols(H, kvw), x.view().slice_rows(b, 1).slice_cols(H + kvw, kvw),
+               pos[static_cast<std::size_t>(b)]);
+      lengths.push_back(pos[static_cast<std::size_t>(b)] + 1);
+    }
+    attention_decode(gpu(), dims, x.view().slice_cols(0, H), views, lengths, attn);
+    matmul(gpu(), attn, w, y);
+    add(gpu(), y, attn, y);
+  };
+  OpGraph g(gpu());
+  EXPECT_FALSE(g.captured());
+  EXPECT_FALSE(g.replay([&] { step(graph_kv); })) << "nothing captured yet";
+  for (int it = 0; it < 90; ++it) {
+    for (int b = 0; b < B; ++b) {
+      tokens[static_cast<std::size_t>(b)] = static_cast<std::int32_t>((it * 7 + b * 11) % vocab);
+      pos[static_cast<std::size_t>(b)] = it + 40 * b;  // sequence 1 is 40 positions ahead
+      slots[static_cast<std::size_t>(b)] = (b + (it >= 45 ? 1 : 0)) % 3;  // the slots move half way
+    }
+    if (it == 0) g.capture([&] { step(graph_kv); });
+    else ASSERT_TRUE(g.replay([&] { step(graph_kv); })) << "step " << it;
+    Tensor got = to_host(y);
+    step(eager_kv);
+    expect_near(got, to_host(y), 1e-5, 1e-4, "step " + std::to_string(it));
+  }
+  for (int slot = 0; slot < 3; ++slot) {
+    expect_bits(to_host(graph_kv.view(0, slot).k), to_host(eager_kv.view(0, slot).k), "K of slot " + std::to_string(slot));
+    expect_bits(to_host(graph_kv.view(0, slot).v), to_host(eager_kv.view(0, slot).v), "V of slot " + std::to_string(slot));
+  }
+  EXPECT_GT(g.staged_bytes(), 0u);
+  EXPECT_THROW(g.replay([&] { embedding(gpu(), table, tokens, 0, x); }), Error) << "a different body";
+  EXPECT_THROW(g.replay([&] { (void)to_host(y); }), Error) << "host copies are refused in a body";
+  // The scratch grows (a larger upload elsewhere): the graph's addresses are stale.
+  std::vector<std::int32_t> many(1 << 18, 1);
+  Tensor big = Tensor::empty(DType::kF32, {1 << 18, H + 2 * kvw}, Device::kCuda);
+  embedding(gpu(), table, many, 0, big);
+  EXPECT_FALSE(g.replay([&] { step(graph_kv); }));
+  gpu().synchronize();
+}
+
 TEST(Cuda, EmbeddingVocabParallel) {
   const std::int64_t vocab = 40, dim = 64, begin = 100;
   std::vector<float> v = random_floats(static_cast<std::size_t>(vocab * dim), 30);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `trellis run --device cuda` against `--device cpu`, greedy (label gpu; exit 77 without a GPU).
+# `trellis run --device cuda` (CUDA graphs on, and --no-cuda-graphs) against `--device cpu`,
+# greedy (label gpu; exit 77 without a GPU). The graph run must say it replayed graphs.
 #   gpu_run_test.sh TRELLIS MPIEXEC [FLAGS...]
 # Layouts: 1x1, and pp=2 with both ranks sharing GPU 0 (local rank modulo the visible GPUs).
 # * synthetic tiny model (f32 weights: the GPU's matmuls are cuBLASLt f32, logits within ~1e-4):
@@ -10,6 +11,8 @@
 #   equal the CPU's, or the common prefix covers >= 75% of the tokens (the differing requests
 #   are printed; model_gpu_test checks top-1 teacher-forced, where such ties can be told apart).
 set -u
+# The graph counts are an info line (the test environment sets warn for the other tests).
+export TRELLIS_LOG_LEVEL=info
 T="$1"; shift
 MPI=("$@")
 fails=0
@@ -55,23 +58,34 @@ for c in "${cases[@]}"; do
   IFS='|' read -r name args rule <<<"$c"
   for pp in 1 2; do
     declare -A got=()
-    for dev in cpu cuda; do
+    # cuda: decode steps replayed as CUDA graphs (the default); eager: every op launched.
+    for dev in cpu cuda eager; do
       f="$WORK/${name}_${pp}_${dev}.jsonl"
+      flags=(--device "$dev")
+      [ "$dev" = eager ] && flags=(--device cuda --no-cuda-graphs)
       # shellcheck disable=SC2086
-      if run "$pp" run $args --pp "$pp" --device "$dev" --max-context 128 --out "$f" > "$WORK/log" 2>&1; then
+      if run "$pp" run $args --pp "$pp" "${flags[@]}" --max-context 128 --out "$f" > "$WORK/log" 2>&1; then
         got[$dev]=$(tokens_of "$f")
+        if [ "$dev" = cuda ]; then
+          if grep -Eq "cuda graphs: [1-9][0-9]* captured, [1-9][0-9]* replays" "$WORK/log"; then
+            ok "$name pp=$pp: $(grep -Eo 'cuda graphs: [0-9]+ captured, [0-9]+ replays' "$WORK/log" | head -1)"
+          else bad "$name pp=$pp: the cuda run replayed no CUDA graph"; grep -i "graph" "$WORK/log" | head -3; fi
+        fi
       else
         bad "$name pp=$pp --device $dev failed"; tail -8 "$WORK/log"
       fi
     done
-    [ -n "${got[cpu]:-}" ] && [ -n "${got[cuda]:-}" ] || continue
-    if [ "${got[cpu]}" = "${got[cuda]}" ]; then ok "$name pp=$pp: cuda tokens equal cpu"
-    elif [ "$rule" = prefix ]; then
-      share=$(prefix_share "${got[cuda]}" "${got[cpu]}")
-      if python3 -c "import sys; sys.exit(0 if float('$share') >= 0.75 else 1)"; then
-        ok "$name pp=$pp: cuda tokens share ${share} of the cpu's as a common prefix (bf16 activations in GPU prefill)"
-      else bad "$name pp=$pp: common prefix only ${share}: ${got[cuda]} vs ${got[cpu]}"; fi
-    else bad "$name pp=$pp: cuda ${got[cuda]} vs cpu ${got[cpu]}"; fi
+    for pair in "cuda cpu" "eager cpu" "cuda eager"; do
+      read -r a b <<<"$pair"
+      [ -n "${got[$a]:-}" ] && [ -n "${got[$b]:-}" ] || continue
+      if [ "${got[$a]}" = "${got[$b]}" ]; then ok "$name pp=$pp: $a tokens equal $b"
+      elif [ "$rule" = prefix ]; then
+        share=$(prefix_share "${got[$a]}" "${got[$b]}")
+        if python3 -c "import sys; sys.exit(0 if float('$share') >= 0.75 else 1)"; then
+          ok "$name pp=$pp: $a tokens share ${share} of $b's as a common prefix (bf16 activations in GPU prefill)"
+        else bad "$name pp=$pp: $a vs $b common prefix only ${share}: ${got[$a]} vs ${got[$b]}"; fi
+      else bad "$name pp=$pp: $a ${got[$a]} vs $b ${got[$b]}"; fi
+    done
   done
 done
 echo "$fails failed"

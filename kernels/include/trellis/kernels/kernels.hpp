@@ -6,6 +6,7 @@
 #include "trellis/kernels/bandwidth.hpp"
 #include "trellis/kernels/context.hpp"
 #include "trellis/kernels/device_bench.hpp"
+#include "trellis/kernels/graph.hpp"
 #include "trellis/kernels/library.hpp"
 #include "trellis/kernels/ops.hpp"
 #include "trellis/kernels/progress_hook.hpp"

@@ -171,6 +171,11 @@ class LlamaModel {
   std::size_t decode_bytes_per_token() const;
   transport::Group& group() { return tp_; }
   const kernels::Context& context() const { return ctx_; }
+  // Ranks in this stage's TP group.
+  int tp_size() const;
+  // Changes whenever one of the model's scratch buffers is reallocated (a larger batch): a
+  // CUDA graph recorded over them must then be recorded again.
+  std::size_t scratch_fingerprint() const;
   // Where weights, KV cache and activations live (the context's device).
   kernels::Device device() const { return ctx_.device(); }
   // Bytes this rank's shard of weights and its KV cache take for `cfg` split by `layout`
