@@ -14,6 +14,9 @@ constexpr std::array kGroups = {
 constexpr std::array kCommands = {
     CommandSpec{"info", "Print versions, transports, devices, settings and (under mpirun) every rank",
                 &define_info},
+    CommandSpec{"convert",
+                "Write a checkpoint (GGUF or safetensors) as a Hugging Face directory: config.json + safetensors, f32 or bf16",
+                &define_convert},
     CommandSpec{"make-model", "Write a deterministic synthetic Llama checkpoint (config.json + safetensors) from a preset",
                 &define_make_model},
     CommandSpec{"verify-model",

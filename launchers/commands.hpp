@@ -35,6 +35,7 @@ Action define_info(CLI::App& sub);
 Action define_bench_ring(CLI::App& sub);
 Action define_run(CLI::App& sub);
 Action define_serve(CLI::App& sub);
+Action define_convert(CLI::App& sub);
 Action define_make_model(CLI::App& sub);
 Action define_model_logits(CLI::App& sub);
 Action define_bench_model(CLI::App& sub);
