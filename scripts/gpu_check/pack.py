@@ -16,6 +16,7 @@ from pathlib import Path
 
 
 from .common import *  # noqa: F401,F403 (the shared constants and helpers)
+from .model_parts import split
 
 # ---------------------------------------------------------------------------------------- pack
 
@@ -379,14 +380,28 @@ def cmd_pack(a):
         log(f'device call: run(command="scripts/gpu-check run --bundle {rel}", carry=["{rel}"], timeout_s=540)')
     except ValueError:
         log(f"warning: {out_dir} is outside the repository: the device tool carries only paths inside it")
+    gguf = os.environ.get("TRELLIS_SMOLLM2_GGUF") or read_models_env()
+    if a.model_parts and gguf and Path(gguf).is_file():
+        parts = split(gguf, ROOT)
+        for d in parts:
+            exclude_from_git(d)
+        if bundle + tree + (parts[1] / "part").stat().st_size > 64 * 2**20:
+            sys.exit("gpu-check: bundle + working tree + the second model part exceed 64 MiB")
+        log("with SmolLM2, two device calls, the second within 30 s of the first (the machine keeps /tmp while warm):")
+        log('  run(command="scripts/gpu-check stash --part .gpu-model-1", carry=[".gpu-model-1"], timeout_s=60)')
+        log('  run(command="scripts/gpu-check run --bundle .gpu-bundle --model-part .gpu-model-2", '
+            'carry=[".gpu-bundle", ".gpu-model-2"], timeout_s=540)')
 
 
 def model_note(a):
     gguf = os.environ.get("TRELLIS_SMOLLM2_GGUF") or read_models_env()
     if gguf and Path(gguf).is_file():
         size = Path(gguf).stat().st_size
-        return (f"SmolLM2 GGUF ({gguf}, {human(size)}) left out: with the payload it would pass the 64 MiB a call "
-                "carries; the decode runs use synthetic --preset models generated there")
+        if a.model_parts:
+            return (f"SmolLM2 GGUF ({gguf}, {human(size)}) in two parts beside the bundle (.gpu-model-1, "
+                    ".gpu-model-2): a first call stashes part 1, the run call carries part 2")
+        return (f"SmolLM2 GGUF ({gguf}, {human(size)}) left out (--no-model-parts): the decode runs use "
+                "synthetic --preset models generated there")
     return "no SmolLM2 GGUF installed here; the decode runs use synthetic --preset models generated there"
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .common import *  # noqa: F401,F403
 from .pack import read_models_env, model_note  # noqa: F401
+from .model_parts import stash
 
 # ----------------------------------------------------------------------------------------- run
 
@@ -355,6 +356,46 @@ def bench_model(rep, env, shim, scratch, budget, a, gpu_present):
     return res
 
 
+def smollm2_bench(rep, env, shim, scratch, budget, a, model):
+    """SmolLM2 on the GPU: greedy decode at batch 1 with and without CUDA graphs, then `bench
+    model` on the same weights converted to a safetensors directory (`trellis convert`, bf16)
+    beside PyTorch eager on that directory. One JSON file (at most 8 files come back)."""
+    found = {"model": str(model), "runs": []}
+    for graphs in (True, False):
+        argv = ["trellis", "run", "--device", "cuda", "--model", str(model), "--workload", "n=1,in=32,out=128,seed=1",
+                "--json"] + ([] if graphs else ["--no-cuda-graphs"])
+        rc, out, secs = run_logged(rep, argv, env, budget.cap(a.bench_timeout, a.reserve_s), log=rep.log)
+        j = first_json(out) if rc == 0 else None
+        row = {"cuda_graphs": graphs, "exit": rc, "seconds": round(secs, 1)}
+        if j and j.get("tpot", {}).get("p50_s"):
+            row["tpot_p50_s"] = j["tpot"]["p50_s"]
+        found["runs"].append(row)
+        rep.say(f"  smollm2 {'graphs' if graphs else 'eager'} b=1: " +
+                (f"{1 / row['tpot_p50_s']:.1f} tok/s" if "tpot_p50_s" in row else f"exit {rc}"))
+    conv = scratch / "smollm2-bf16"
+    rc, out, _ = run_logged(rep, ["trellis", "convert", "--model", str(model), "--out", str(conv), "--dtype", "bf16"],
+                            env, budget.cap(120, a.reserve_s), log=rep.log)
+    if rc == 0:
+        argv = ["trellis", "bench", "model", "--device", "cuda", "--model", str(conv), "--json"]
+        script = ROOT / "scripts" / "reference" / "torch_reference.py"
+        if not a.no_torch and torch_cuda(shim):
+            argv += ["--torch", "--python", str(shim), "--torch-script", str(script), "--torch-dtypes", "bf16",
+                     "--torch-impls", "reference,hf", "--torch-steps", "16"]
+        else:
+            argv += ["--no-torch"]
+        rc, out, _ = run_logged(rep, argv, env, budget.cap(a.bench_timeout, a.reserve_s), log=rep.log)
+        found["bench_model"] = (first_json(out) if rc == 0 else None) or {"exit": rc, "tail": out[-400:]}
+        j = found["bench_model"]
+        rep.say("  smollm2 bench model: " + (f"{j['decode_tokens_per_s']:.1f} tok/s; " + "; ".join(
+            f"PyTorch {t.get('impl')} {t.get('decode_tokens_per_s', 0):.1f}" for t in j.get("torch", []))
+            if "decode_tokens_per_s" in j else f"exit {rc}"))
+    else:
+        found["convert"] = {"exit": rc, "tail": out[-400:]}
+    (rep.out / "bench-smollm2.json").write_text(json.dumps(found, indent=1) + "\n")
+    ok = all(r["exit"] == 0 for r in found["runs"]) and "decode_tokens_per_s" in found.get("bench_model", {})
+    return ("ok" if ok else "failed (bench-smollm2.json)"), 0 if ok else 1
+
+
 def bench(rep, env, shim, scratch, budget, a, gpu_present):
     results = {}
     rep.section("trellis bench kernels (GPU)")
@@ -498,6 +539,12 @@ def cmd_run(a):
     rep.say(info.rstrip())
 
     rows, results = [], {}
+    model = None
+    if a.model_part:
+        rep.section("SmolLM2")
+        model = stash(a.model_part)
+        if model:
+            env["TRELLIS_SMOLLM2_GGUF"] = str(model)  # runtime_gpu_run compares its GPU tokens with the CPU's
     if fatal:
         rep.say("gpu-check: not running tests: the bundle cannot start here (above)")
     else:
@@ -505,6 +552,10 @@ def cmd_run(a):
         rows = run_tests(rep, m, root, env, shim, scratch, budget, a, gpu_present)
         if not a.skip_bench:
             results = bench(rep, env, shim, scratch, budget, a, gpu_present)
+        if model and gpu_present and not a.skip_bench:
+            rep.section("SmolLM2 on the GPU")
+            results["smollm2"], failed = smollm2_bench(rep, env, shim, scratch, budget, a, model)
+            results["_failed"] = results.get("_failed", 0) + failed
 
     bench_failed = results.pop("_failed", 0)
     counts = {k: sum(1 for r in rows if r[2] == k) for k in ("pass", "skip", "fail", "timeout")}

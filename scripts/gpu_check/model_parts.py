@@ -1,0 +1,103 @@
+"""scripts/gpu-check: the SmolLM2 GGUF across two device calls (the entry point and its --help:
+scripts/gpu-check).
+
+A call carries at most 64 MiB and the GGUF is 94 MiB, so `pack` splits it into two folders:
+.gpu-model-1 (56 MiB, carried alone by a first call that only stashes it in the GPU machine's
+/tmp) and .gpu-model-2 (the rest, carried with the bundle by the `run` call). The machine
+keeps /tmp while it stays warm (30 s after a call), so the second call must follow at once.
+Each part names the whole file's size and SHA-256; the pieces are joined only when every part
+is there and the join's SHA-256 matches. A part missing (the machine was given back between
+the calls) is said, and the run goes on without SmolLM2.
+"""
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from .common import UsageError, human, log, sha256
+
+FIRST_PART_BYTES = 56 << 20   # alone in its call, beside the working tree
+SECOND_PART_MAX = 40 << 20    # beside the ~15 MiB bundle and the working tree
+STASH = Path(os.environ.get("TMPDIR", "/tmp")) / "trellis-gpu-check" / "model"
+
+
+def split(gguf, root):
+    """Writes root/.gpu-model-1 and root/.gpu-model-2 from gguf; returns the two folders."""
+    gguf = Path(gguf)
+    size = gguf.stat().st_size
+    if size - FIRST_PART_BYTES > SECOND_PART_MAX:
+        raise UsageError(f"{gguf} ({human(size)}) does not fit two device calls "
+                         f"({human(FIRST_PART_BYTES)} + {human(SECOND_PART_MAX)})")
+    whole = sha256(gguf)
+    dirs = []
+    with open(gguf, "rb") as f:
+        for index, (offset, count) in enumerate([(0, min(size, FIRST_PART_BYTES)),
+                                                 (FIRST_PART_BYTES, max(0, size - FIRST_PART_BYTES))], 1):
+            d = Path(root) / f".gpu-model-{index}"
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+            f.seek(offset)
+            data = f.read(count)
+            (d / "part").write_bytes(data)
+            meta = {"name": gguf.name, "bytes": size, "sha256": whole, "index": index, "count": 2,
+                    "offset": offset, "part_bytes": len(data), "part_sha256": hashlib.sha256(data).hexdigest()}
+            (d / "PART.json").write_text(json.dumps(meta, indent=1) + "\n")
+            dirs.append(d)
+    sizes = ", ".join(f"{d.name} {human((d / 'part').stat().st_size)}" for d in dirs)
+    log(f"model parts: {sizes} of {gguf.name}")
+    return dirs
+
+
+def read_part(part_dir):
+    p = Path(part_dir)
+    meta_file = p / "PART.json"
+    if not meta_file.is_file() or not (p / "part").is_file():
+        raise UsageError(f"{p} holds no PART.json and part: make it with `scripts/gpu-check pack` "
+                         "and name it in the device call's carry")
+    meta = json.loads(meta_file.read_text())
+    for key in ("name", "bytes", "sha256", "index", "count", "offset", "part_bytes", "part_sha256"):
+        if key not in meta:
+            raise UsageError(f"{meta_file} lacks '{key}'")
+    if (p / "part").stat().st_size != meta["part_bytes"] or sha256(p / "part") != meta["part_sha256"]:
+        raise UsageError(f"{p}/part does not match its PART.json (size or SHA-256): pack it again")
+    return meta
+
+
+def stash(part_dir):
+    """Copies a part into the machine's /tmp; returns the joined GGUF's path once every part is
+    there and the join checks out, else None (and says which parts are missing)."""
+    meta = read_part(part_dir)
+    STASH.mkdir(parents=True, exist_ok=True)
+    key = meta["sha256"][:16]
+    shutil.copyfile(Path(part_dir) / "part", STASH / f"{key}.part{meta['index']}")
+    log(f"stashed part {meta['index']} of {meta['count']} of {meta['name']} in {STASH}")
+    return joined(meta)
+
+
+def joined(meta):
+    key = meta["sha256"][:16]
+    target = STASH / key / meta["name"]
+    if target.is_file() and target.stat().st_size == meta["bytes"]:
+        return target
+    parts = [STASH / f"{key}.part{i}" for i in range(1, meta["count"] + 1)]
+    missing = [str(i) for i, p in enumerate(parts, 1) if not p.is_file()]
+    if missing:
+        log(f"model: part(s) {', '.join(missing)} of {meta['name']} are not on this machine "
+            "(the earlier call's machine was given back, or it was never made): running without it")
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".joining")
+    with open(tmp, "wb") as out:
+        for p in parts:
+            with open(p, "rb") as f:
+                shutil.copyfileobj(f, out)
+    if tmp.stat().st_size != meta["bytes"] or sha256(tmp) != meta["sha256"]:
+        tmp.unlink()
+        log(f"model: the joined {meta['name']} does not match its SHA-256: running without it")
+        return None
+    tmp.rename(target)
+    for p in parts:
+        p.unlink()
+    log(f"model: {target} ({human(meta['bytes'])}, SHA-256 checked)")
+    return target
