@@ -257,7 +257,13 @@ TEST(ServeMetrics, CountersAndHistogramsMove) {
   EXPECT_NE(before.body.find("trellis_requests_total{outcome=\"length\"} 0\n"), std::string::npos);
   ASSERT_EQ(post(env.port, "/v1/completions", completion("abc", 5)).status, 200);
   ASSERT_EQ(post(env.port, "/v1/completions", completion("abc", 0)).status, 400);
-  const auto m = env.server->metrics_text();
+  // The answer can reach the client before the engine's next update says the request stopped
+  // running (the test machine's load decides): wait for that update, up to a deadline.
+  std::string m = env.server->metrics_text();
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       m.find("trellis_requests_running 0\n") == std::string::npos && std::chrono::steady_clock::now() < until;
+       m = env.server->metrics_text())
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   for (const char* want :
        {"# TYPE trellis_time_to_first_token_seconds histogram\n", "trellis_time_to_first_token_seconds_count 1\n",
         "trellis_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\n", "trellis_time_per_output_token_seconds_count 1\n",
