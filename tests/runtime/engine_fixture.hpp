@@ -7,6 +7,7 @@
 //    splits its layers across stages and its vocabulary across TP ranks like the real one.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
@@ -170,6 +171,35 @@ class StandInStage final : public runtime::StageCompute {
     trace.record(runtime::Lane::kForward, runtime::TraceCat::kBlock, "block", now_ns(), now_ns(), in.iteration,
                  first_layer_);
   }
+  // Two-phase logits as a GPU stage has them (StageCompute::start_logits): start computes the
+  // rows into a "device" buffer of its slot, finish "copies" them to the slot's "pinned" rows.
+  // Misuse the engine could make is an error naming it: a slot started twice without a
+  // finish, a finish with no start, finishes out of start order.
+  void set_async_logits(bool on) { async_ = on; }
+  bool logits_async() const override { return async_; }
+  void start_logits(const runtime::StageInput& in, const float* x, int slot) override {
+    auto& s = slots_.at(static_cast<std::size_t>(slot));
+    if (s.started)
+      throw_error(ErrorCode::kInternal, "stand-in stage {}: logits slot {} started again before its finish", stage_, slot);
+    s.device.assign(static_cast<std::size_t>(in.logit_rows() * (ve_ - vb_)), 0.0f);
+    logits(in, x, s.device.data());
+    s.started = true;
+    s.order = ++started_;
+  }
+  const float* finish_logits(int slot) override {
+    auto& s = slots_.at(static_cast<std::size_t>(slot));
+    if (!s.started) throw_error(ErrorCode::kInternal, "stand-in stage {}: finish of logits slot {} with no start", stage_, slot);
+    if (s.order != finished_ + 1)
+      throw_error(ErrorCode::kInternal, "stand-in stage {}: logits finished out of order ({} after {})", stage_, s.order,
+                  finished_);
+    finished_ = s.order;
+    s.started = false;
+    s.pinned = s.device;
+    ++async_finishes_;
+    return s.pinned.data();
+  }
+  int async_finishes() const { return async_finishes_; }
+
   void logits(const runtime::StageInput& in, const float* x, float* out) override {
     int row = -1, out_row = 0;
     const int V = ve_ - vb_;
@@ -187,6 +217,15 @@ class StandInStage final : public runtime::StageCompute {
   }
 
  private:
+  struct Slot {
+    std::vector<float> device, pinned;
+    bool started = false;
+    long order = 0;
+  };
+  bool async_ = false;
+  std::array<Slot, 2> slots_{};
+  long started_ = 0, finished_ = 0;
+  int async_finishes_ = 0;
   int vocab_, stage_, pp_, first_layer_ = 0, last_layer_ = 0, layers_ = 0, vb_ = 0, ve_ = 0;
   std::vector<float> state_;
   std::vector<int> len_;

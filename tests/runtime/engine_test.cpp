@@ -50,7 +50,7 @@ struct Run {
 std::atomic<int> g_job{0};
 
 Run run_layout(int pp, int tp, const std::vector<Request>& reqs, EngineOptions opt, std::vector<int> hosts = {},
-               int skip_rank = -1) {
+               int skip_rank = -1, bool async_logits = false, std::atomic<int>* async_finishes = nullptr) {
   auto grid = EngineGrid::contiguous(pp, tp, hosts);
   const int n = pp * tp;
   opt.scheduler.groups = pp;
@@ -69,10 +69,12 @@ Run run_layout(int pp, int tp, const std::vector<Request>& reqs, EngineOptions o
         test::InProcTransport links(hub, r);
         StandInStage stage(kVocab, kLayers, pp, grid.stage_of(r), tp, grid.tp_of(r),
                            pp * opt.scheduler.max_seqs_per_group);
+        stage.set_async_logits(async_logits);
         Tracer tracer(false);
         EngineOptions mine = opt;
         if (r != 0) mine.live = nullptr;  // only rank 0's scheduler reads the live queue
         auto res = run_engine(r, grid, links, stage, reqs, mine, tracer);
+        if (async_finishes) *async_finishes += stage.async_finishes();
         if (r == 0) run.result = std::move(res);
       } catch (const std::exception& e) {
         run.errors[static_cast<std::size_t>(r)] = e.what();
@@ -142,6 +144,34 @@ TEST(Engine, GreedyIdenticalAcrossLayoutsAndToDirectDecoding) {
     auto r = run_layout(pp, tp, reqs, base_options());
     expect_clean(r);
     EXPECT_EQ(outputs(r), outputs(single)) << pp << "x" << tp;
+  }
+}
+
+// A GPU stage's two-phase logits (start, the next forward enqueued, then finish): the
+// stand-in checks that every start is finished once and in order; the tokens equal those of
+// the synchronous path under every layout, greedy and seeded, and with the CPU sampler or
+// token-safe inputs off (where the engine falls back to the synchronous call).
+TEST(Engine, TwoPhaseLogitsChangeNoTokenAndNeverDeadlock) {
+  for (bool sampled : {false, true}) {
+    auto reqs = workload(sampled);
+    auto sync = run_layout(1, 1, reqs, base_options());
+    expect_clean(sync);
+    for (auto [pp, tp] : {std::pair{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}}) {
+      std::atomic<int> finishes{0};
+      auto r = run_layout(pp, tp, reqs, base_options(), {}, -1, true, &finishes);
+      expect_clean(r);
+      EXPECT_EQ(outputs(r), outputs(sync)) << pp << "x" << tp << (sampled ? " sampled" : " greedy");
+      EXPECT_GT(finishes.load(), 0) << "the two-phase path ran at " << pp << "x" << tp;
+    }
+    for (int off = 0; off < 2; ++off) {
+      auto opt = base_options();
+      (off == 0 ? opt.cpu_sampler : opt.tsem) = false;
+      std::atomic<int> finishes{0};
+      auto r = run_layout(2, 1, reqs, opt, {}, -1, true, &finishes);
+      expect_clean(r);
+      EXPECT_EQ(outputs(r), outputs(sync)) << (off == 0 ? "--no-cpu-sampler" : "--no-tsem");
+      EXPECT_EQ(finishes.load(), 0) << "the synchronous call is used with " << (off == 0 ? "--no-cpu-sampler" : "--no-tsem");
+    }
   }
 }
 
