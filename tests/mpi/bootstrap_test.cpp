@@ -2,6 +2,9 @@
 // missing peer into an error instead of a hang.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "trellis/core/error.hpp"
 #include "trellis/transport/bootstrap.hpp"
 
@@ -82,6 +85,30 @@ TEST(MpiBootstrap, BadPeerIsRejected) {
   std::vector<std::byte> b(1);
   EXPECT_THROW(world().send(world().size(), 0, b, soon()), Error);
   EXPECT_THROW(world().recv(-1, 0, b, soon()), Error);
+}
+
+// Kept last: it leaves rank 0's side of one collective abandoned (MPI cannot cancel it).
+// The last rank enters a world collective 1.2 s late; rank 0, whose deadline is 0.4 s, names
+// it as the rank that never came; the others wait 1.5 s longer than their own deadline (so
+// rank 0's naming comes first) and here see it arrive in time. The abandoned collective
+// completes in the background once the late rank has entered it.
+TEST(MpiBootstrap, ZTimedOutCollectiveNamesTheRankThatNeverCame) {
+  const int n = world().size(), r = world().rank(), late = n - 1;
+  world().barrier(soon());
+  if (r == late) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    EXPECT_EQ(world().max(1.0, soon()), 1.0);
+    return;
+  }
+  try {
+    EXPECT_EQ(world().max(1.0, Deadline::after_ms(400)), 1.0);
+    EXPECT_NE(r, 0) << "rank 0 waited past its deadline";
+  } catch (const Error& e) {
+    ASSERT_EQ(r, 0) << "rank " << r << " gave up within its grace: " << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kPeerFailed) << e.what();
+    EXPECT_NE(std::string(e.what()).find("waiting for world rank(s) " + std::to_string(late) + ", which never reached it"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -3,11 +3,15 @@
 // kTimeout naming the operation and the peer instead of a hang.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <numeric>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "src/mpi_error.hpp"
 #include "trellis/core/error.hpp"
@@ -95,6 +99,8 @@ class MpiBootstrap final : public Bootstrap {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
+    for (auto& n : notices_)  // a notice nobody received (rank 0 gone) must not hold up the exit
+      if (n.second != MPI_REQUEST_NULL) MPI_Request_free(&n.second);
     MPI_Comm_free(&comm_);
     if (owns_mpi_) MPI_Finalize();
   }
@@ -105,25 +111,28 @@ class MpiBootstrap final : public Bootstrap {
   bool is_mpi() const override { return true; }
 
   void barrier(Deadline deadline) override {
+    arrive();
+    auto b = std::make_shared<CollBuffers>();
     MPI_Request r;
     check_mpi(MPI_Ibarrier(comm_, &r), "barrier");
-    wait_all({&r, 1}, deadline, "barrier over all ranks");
+    wait_world(b, r, deadline, "barrier over all ranks");
   }
 
   std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> mine, Deadline deadline) override {
+    arrive();
     auto b = std::make_shared<CollBuffers>();
     b->i_in = static_cast<int>(mine.size());
     b->lens.resize(static_cast<std::size_t>(size_));
     MPI_Request r;
     check_mpi(MPI_Iallgather(&b->i_in, 1, MPI_INT, b->lens.data(), 1, MPI_INT, comm_, &r), "allgather");
-    wait_collective(b, r, deadline, "allgather (sizes) over all ranks");
+    wait_world(b, r, deadline, "allgather (sizes) over all ranks");
     b->displs.assign(static_cast<std::size_t>(size_), 0);
     std::exclusive_scan(b->lens.begin(), b->lens.end(), b->displs.begin(), 0);
     b->recv.resize(static_cast<std::size_t>(b->displs.back() + b->lens.back()));
     b->send.assign(mine.begin(), mine.end());
     check_mpi(MPI_Iallgatherv(b->send.data(), b->i_in, MPI_BYTE, b->recv.data(), b->lens.data(), b->displs.data(),
                               MPI_BYTE, comm_, &r), "allgatherv");
-    wait_collective(b, r, deadline, "allgather (data) over all ranks");
+    wait_world(b, r, deadline, "allgather (data) over all ranks");
     std::vector<std::vector<std::byte>> out(size_);
     for (int i = 0; i < size_; ++i)
       out[i].assign(b->recv.begin() + b->displs[i], b->recv.begin() + b->displs[i] + b->lens[i]);
@@ -132,33 +141,36 @@ class MpiBootstrap final : public Bootstrap {
 
   void broadcast(std::vector<std::byte>& data, int root, Deadline deadline) override {
     check_rank(root, "broadcast");
+    arrive();
     auto b = std::make_shared<CollBuffers>();
     b->n = data.size();
     MPI_Request r;
     check_mpi(MPI_Ibcast(&b->n, 1, MPI_UINT64_T, root, comm_, &r), "broadcast");
-    wait_collective(b, r, deadline, fmt::format("broadcast (size) from rank {}", root));
+    wait_world(b, r, deadline, fmt::format("broadcast (size) from rank {}", root));
     if (rank_ == root) b->recv = data;
     else b->recv.resize(b->n);
     check_mpi(MPI_Ibcast(b->recv.data(), static_cast<int>(b->n), MPI_BYTE, root, comm_, &r), "broadcast");
-    wait_collective(b, r, deadline, fmt::format("broadcast from rank {}", root));
+    wait_world(b, r, deadline, fmt::format("broadcast from rank {}", root));
     data = b->recv;
   }
 
   bool any(bool mine, Deadline deadline) override {
+    arrive();
     auto b = std::make_shared<CollBuffers>();
     b->i_in = mine ? 1 : 0;
     MPI_Request r;
     check_mpi(MPI_Iallreduce(&b->i_in, &b->i_out, 1, MPI_INT, MPI_LOR, comm_, &r), "allreduce");
-    wait_collective(b, r, deadline, "agreement (allreduce) over all ranks");
+    wait_world(b, r, deadline, "agreement (allreduce) over all ranks");
     return b->i_out != 0;
   }
 
   double max(double mine, Deadline deadline) override {
+    arrive();
     auto b = std::make_shared<CollBuffers>();
     b->d_in = mine;
     MPI_Request r;
     check_mpi(MPI_Iallreduce(&b->d_in, &b->d_out, 1, MPI_DOUBLE, MPI_MAX, comm_, &r), "allreduce");
-    wait_collective(b, r, deadline, "max (allreduce) over all ranks");
+    wait_world(b, r, deadline, "max (allreduce) over all ranks");
     return b->d_out;
   }
 
@@ -210,6 +222,70 @@ class MpiBootstrap final : public Bootstrap {
   }
 
  private:
+  // Who waits on whom in a world collective. A collective that times out cannot say which
+  // rank never came, so every rank announces each collective it enters to rank 0 (a small
+  // message, start-up only), and rank 0, when one times out, names the ranks whose last
+  // announcement is older (the fault suite saw a link cut and a stopped rank during start-up
+  // reported as "allgather over all ranks: no answer", naming nobody). The other ranks wait
+  // kNamingGrace longer, so rank 0's naming comes first; one that still times out names rank
+  // 0, which collects the announcements and did not report either.
+  static constexpr int kArriveTag = 0x7e1a;
+  static constexpr auto kNamingGrace = std::chrono::milliseconds(1500);
+
+  void arrive() {
+    ++collectives_;
+    if (rank_ == 0) {
+      if (reached_.empty()) reached_.assign(static_cast<std::size_t>(size_), 0);
+      reached_[0] = collectives_;
+      drain_arrivals();
+      return;
+    }
+    while (!notices_.empty()) {  // completed sends free their buffer
+      int done = 0;
+      MPI_Test(&notices_.front().second, &done, MPI_STATUS_IGNORE);
+      if (!done) break;
+      notices_.pop_front();
+    }
+    notices_.emplace_back(std::make_unique<std::uint64_t>(collectives_), MPI_REQUEST_NULL);
+    auto& n = notices_.back();
+    check_mpi(MPI_Isend(n.first.get(), 1, MPI_UINT64_T, 0, kArriveTag, comm_, &n.second), "collective notice");
+  }
+  void drain_arrivals() {
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kArriveTag, comm_, &flag, &st) != MPI_SUCCESS || !flag) return;
+      std::uint64_t seq = 0;
+      if (MPI_Recv(&seq, 1, MPI_UINT64_T, st.MPI_SOURCE, kArriveTag, comm_, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+      auto& r = reached_[static_cast<std::size_t>(st.MPI_SOURCE)];
+      r = std::max(r, seq);
+    }
+  }
+  // Rank 0: the ranks that have not announced the current collective, as "2 3".
+  std::string missing_ranks() {
+    drain_arrivals();
+    std::string out;
+    for (int r = 1; r < size_; ++r)
+      if (reached_[static_cast<std::size_t>(r)] < collectives_) out += (out.empty() ? "" : " ") + std::to_string(r);
+    return out;
+  }
+  void wait_world(const std::shared_ptr<CollBuffers>& b, MPI_Request& r, Deadline deadline, const std::string& what) {
+    const bool root = rank_ == 0;
+    const Deadline d = root || deadline.is_never() ? deadline : Deadline::after(deadline.remaining() + kNamingGrace);
+    try {
+      wait_collective(b, r, d, what);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kTimeout) throw;
+      if (!root)
+        throw_error(ErrorCode::kPeerFailed, "{}; rank 0, which would name the ranks that never came, did not either: "
+                    "suspect rank 0 (or the link to it)", e.what());
+      const std::string gone = missing_ranks();
+      if (gone.empty()) throw;
+      throw_error(ErrorCode::kPeerFailed, "{}: waiting for world rank(s) {}, which never reached it (world collective "
+                  "#{} of this job)", e.what(), gone, collectives_);
+    }
+  }
+
   void check_rank(int peer, const char* op) const {
     if (peer < 0 || peer >= size_)
       throw_error(ErrorCode::kInvalidArgument, "{} to rank {} in a world of {} ranks", op, peer, size_);
@@ -233,6 +309,9 @@ class MpiBootstrap final : public Bootstrap {
       throw_error(ErrorCode::kCorruptInput, "rank {} sent {} bytes where {} were expected", peer, got, expected);
   }
 
+  std::uint64_t collectives_ = 0;               // world collectives entered, in order (same on every rank)
+  std::vector<std::uint64_t> reached_;          // rank 0: the last one each rank announced
+  std::deque<std::pair<std::unique_ptr<std::uint64_t>, MPI_Request>> notices_;  // sends in flight
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
