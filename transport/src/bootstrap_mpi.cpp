@@ -99,8 +99,12 @@ class MpiBootstrap final : public Bootstrap {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
-    for (auto& n : notices_)  // a notice nobody received (rank 0 gone) must not hold up the exit
+    // A notice nobody received (rank 0 gone) must not hold up the exit, and MPI may still read
+    // its buffer after the request is freed: the buffers stay allocated (eight bytes each).
+    for (auto& n : notices_) {
       if (n.second != MPI_REQUEST_NULL) MPI_Request_free(&n.second);
+      (void)n.first.release();
+    }
     MPI_Comm_free(&comm_);
     if (owns_mpi_) MPI_Finalize();
   }
