@@ -61,20 +61,12 @@ Host load_xml_host(const std::string& path) {
   head.resize(static_cast<std::size_t>(in.gcount()));
   if (head.empty()) throw_error(ErrorCode::kCorruptInput, "topology file '{}' is empty", path);
 
-  HwlocPtr topo(detail::open_hwloc_topology());
-  errno = 0;
-  if (hwloc_topology_set_xml(topo.get(), path.c_str()) != 0) {
-    const int err = errno;
-    throw_error(ErrorCode::kCorruptInput, "hwloc cannot open topology file '{}': {} ({})", path,
-                err ? std::strerror(err) : "no reason given", hwloc_hint(head));
-  }
-  errno = 0;
-  if (hwloc_topology_load(topo.get()) != 0) {
-    const int err = errno;
-    throw_error(ErrorCode::kCorruptInput, "hwloc cannot load topology file '{}': {} ({})", path,
-                err ? std::strerror(err) : "no reason given", hwloc_hint(head));
-  }
-  Host host = detail::host_from_hwloc(topo.get(), "xml:" + path);
+  detail::XmlSource src;
+  src.path = path;
+  src.what = fmt::format("topology file '{}'", path);
+  src.hint = hwloc_hint(head);
+  src.source = "xml:" + path;
+  Host host = detail::host_from_xml_isolated(src);
   if (host.name.empty()) {
     std::string stem = std::filesystem::path(path).stem().string();
     if (starts_with(stem, "hwloc-")) stem = stem.substr(6);

@@ -4,6 +4,7 @@
 
 #include <hwloc.h>
 
+#include <chrono>
 #include <string>
 
 #include "trellis/topology/topology.hpp"
@@ -13,6 +14,22 @@ namespace trellis::topology::detail {
 // Reads hosts, NUMA nodes, cores, GPUs, NICs, PCIe paths and the "NVLinkBandwidth"
 // distances (when hwloc has them) from `topo`. `source` is stored as Host::source.
 Host host_from_hwloc(hwloc_topology_t topo, const std::string& source);
+
+// An hwloc XML document to read, from a file or from memory, and how to name it.
+struct XmlSource {
+  std::string path;    // the file; empty: `buffer` holds the XML
+  std::string buffer;  // the XML text when path is empty
+  std::string what;    // for messages: "topology file 'F'"
+  std::string hint;    // appended when hwloc refuses the document (why it may have)
+  std::string source;  // Host::source of the result
+  std::chrono::milliseconds deadline{30000};
+};
+
+// Reads `src` with hwloc and host_from_hwloc in a forked child (hwloc_xml.cpp): hwloc 2.9
+// crashes on some malformed XML. kCorruptInput naming src.what when hwloc refuses, crashes or
+// takes longer than the deadline; kInternal when trellis's own reader crashes; otherwise the
+// error the reader threw, with its code.
+Host host_from_xml_isolated(const XmlSource& src);
 
 // Opens a topology with the I/O filter that keeps PCI devices, bridges and OS devices.
 // Throws Error{kInternal} if hwloc cannot even initialise.
