@@ -119,6 +119,10 @@ int run_action(const Action& action, Config config, bool sweep_shm) {
   }
   session.under_mpirun = session.launch.uses_mpi();
   session.world_ptr = session.under_mpirun ? transport::make_mpi_bootstrap() : transport::make_local_bootstrap();
+  // Heartbeats from the start, so that a rank lost during start-up (before any link is up)
+  // is named by the world collective waiting on it (runtime's prepare_job tightens it to a
+  // run's own comm.deadline_ms).
+  session.world().watch_liveness(session.config.get_duration("comm.deadline_ms"));
   LogOptions log;
   log.rank = session.rank();
   log.world_size = session.size();

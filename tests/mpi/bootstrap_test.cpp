@@ -1,8 +1,11 @@
 // The MPI bootstrap at 4 ranks: collectives, point-to-point, and deadlines that turn a
 // missing peer into an error instead of a hang.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "trellis/core/error.hpp"
@@ -109,6 +112,41 @@ TEST(MpiBootstrap, ZTimedOutCollectiveNamesTheRankThatNeverCame) {
     EXPECT_NE(std::string(e.what()).find("waiting for world rank(s) " + std::to_string(late) + ", which never reached it"), std::string::npos)
         << e.what();
   }
+}
+
+// Kept last as well. The last rank stops itself (SIGSTOP) where the others enter a world
+// collective with a 20 s deadline; with heartbeats on (1.5 s of silence), rank 0 names it as
+// silent long before that deadline, then sends it SIGCONT; the rank goes on and the collective
+// completes for the others. Before heartbeats, nobody could tell a stopped rank (or a cut
+// link) from a slow one until the deadline, and when every rank had already arrived at the
+// collective nobody could be named at all.
+TEST(MpiBootstrap, ZZSilentRankIsNamedLongBeforeTheDeadline) {
+  const int n = world().size(), r = world().rank(), late = n - 1;
+  const auto pids = allgather_strings(world(), std::to_string(::getpid()), soon());
+  world().watch_liveness(std::chrono::milliseconds(1500));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // every rank heard from
+  world().barrier(soon());
+  if (r == late) {
+    ::raise(SIGSTOP);  // rank 0 continues this process once it has named it
+    EXPECT_EQ(world().max(1.0, soon()), 1.0);
+    world().watch_liveness(std::chrono::minutes(10));
+    return;
+  }
+  const auto start = Clock::now();
+  try {
+    EXPECT_EQ(world().max(1.0, soon()), 1.0);
+    EXPECT_NE(r, 0) << "rank 0 did not notice that rank " << late << " went silent";
+  } catch (const Error& e) {
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (r == 0) ::kill(std::stoi(pids[static_cast<std::size_t>(late)]), SIGCONT);
+    ASSERT_EQ(r, 0) << "rank " << r << " gave up: " << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kPeerFailed) << e.what();
+    EXPECT_NE(std::string(e.what()).find("waiting for world rank(s) " + std::to_string(late) + ", silent for"),
+              std::string::npos) << e.what();
+    EXPECT_LT(waited, 10.0) << "named only after " << waited << " s";
+  }
+  if (r == 0) ::kill(std::stoi(pids[static_cast<std::size_t>(late)]), SIGCONT);  // never leave it stopped
+  world().watch_liveness(std::chrono::minutes(10));
 }
 
 }  // namespace

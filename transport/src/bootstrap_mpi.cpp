@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/mpi_error.hpp"
+#include "src/mpi_heartbeat.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/poll.hpp"
 #include "trellis/transport/bootstrap.hpp"
@@ -64,15 +65,6 @@ void keep_forever(std::shared_ptr<CollBuffers> b) {
   kept->push_back(std::move(b));
 }
 
-void wait_collective(const std::shared_ptr<CollBuffers>& b, MPI_Request& r, Deadline deadline, const std::string& what) {
-  try {
-    wait_all({&r, 1}, deadline, what);
-  } catch (...) {
-    keep_forever(b);
-    throw;
-  }
-}
-
 class MpiBootstrap final : public Bootstrap {
  public:
   MpiBootstrap() {
@@ -99,6 +91,7 @@ class MpiBootstrap final : public Bootstrap {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
+    beat_.reset();
     // A notice nobody received (rank 0 gone) must not hold up the exit, and MPI may still read
     // its buffer after the request is freed: the buffers stay allocated (eight bytes each).
     for (auto& n : notices_) {
@@ -220,6 +213,15 @@ class MpiBootstrap final : public Bootstrap {
     }
   }
 
+  void watch_liveness(std::chrono::milliseconds silence) override {
+    if (size_ < 2) return;
+    if (beat_) return beat_->set_silence(silence);
+    int level = 0;
+    MPI_Query_thread(&level);
+    if (level != MPI_THREAD_MULTIPLE) return;  // a harness that initialised MPI single-threaded
+    beat_ = std::make_unique<detail::MpiHeartbeat>(comm_, rank_, size_, silence);
+  }
+
   [[noreturn]] void abort(int exit_code) override {
     MPI_Abort(MPI_COMM_WORLD, exit_code);
     std::_Exit(exit_code);
@@ -276,9 +278,20 @@ class MpiBootstrap final : public Bootstrap {
   void wait_world(const std::shared_ptr<CollBuffers>& b, MPI_Request& r, Deadline deadline, const std::string& what) {
     const bool root = rank_ == 0;
     const Deadline d = root || deadline.is_never() ? deadline : Deadline::after(deadline.remaining() + kNamingGrace);
+    auto last_check = Clock::now();
     try {
-      wait_collective(b, r, d, what);
+      poll_until([&] {
+        int done = 0;
+        check_mpi(MPI_Test(&r, &done, MPI_STATUS_IGNORE), what.c_str());
+        if (done) return true;
+        if (beat_ && Clock::now() - last_check >= std::chrono::milliseconds(100)) {
+          last_check = Clock::now();
+          check_liveness(what);
+        }
+        return false;
+      }, d, what);
     } catch (const Error& e) {
+      keep_forever(b);
       if (e.code() != ErrorCode::kTimeout) throw;
       if (!root)
         throw_error(ErrorCode::kPeerFailed, "{}; rank 0, which would name the ranks that never came, did not either: "
@@ -287,7 +300,30 @@ class MpiBootstrap final : public Bootstrap {
       if (gone.empty()) throw;
       throw_error(ErrorCode::kPeerFailed, "{}: waiting for world rank(s) {}, which never reached it (world collective "
                   "#{} of this job)", e.what(), gone, collectives_);
+    } catch (...) {
+      keep_forever(b);
+      throw;
     }
+  }
+  // Throws when a rank this collective waits on stopped sending heartbeats: rank 0 names
+  // the silent ranks; the others name rank 0 only after kNamingGrace more, so that rank 0,
+  // which hears from everyone, is the one that speaks when it can.
+  void check_liveness(const std::string& what) {
+    const bool root = rank_ == 0;
+    const auto silent = beat_->silent(root ? std::chrono::milliseconds(0) : kNamingGrace);
+    if (silent.empty()) return;
+    std::string ranks;
+    double longest = 0;
+    for (const auto& s : silent) {
+      ranks += (ranks.empty() ? "" : " ") + std::to_string(s.rank);
+      longest = std::max(longest, s.seconds);
+    }
+    if (root)
+      throw_error(ErrorCode::kPeerFailed, "{}: waiting for world rank(s) {}, silent for {:.1f} s (no heartbeat: the "
+                  "rank stopped or hung, or the link to its host is cut; world collective #{} of this job)",
+                  what, ranks, longest, collectives_);
+    throw_error(ErrorCode::kPeerFailed, "{}: rank 0 has sent no heartbeat for {:.1f} s: suspect rank 0 (stopped or "
+                "hung) or the link to its host", what, longest);
   }
 
   void check_rank(int peer, const char* op) const {
@@ -313,6 +349,7 @@ class MpiBootstrap final : public Bootstrap {
       throw_error(ErrorCode::kCorruptInput, "rank {} sent {} bytes where {} were expected", peer, got, expected);
   }
 
+  std::unique_ptr<detail::MpiHeartbeat> beat_;  // after watch_liveness()
   std::uint64_t collectives_ = 0;               // world collectives entered, in order (same on every rank)
   std::vector<std::uint64_t> reached_;          // rank 0: the last one each rank announced
   std::deque<std::pair<std::unique_ptr<std::uint64_t>, MPI_Request>> notices_;  // sends in flight

@@ -8,6 +8,7 @@
 // peer turns into an error instead of a hang.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -47,6 +48,15 @@ class Bootstrap {
   // Both at once (avoids the deadlock of two blocking sends).
   virtual void sendrecv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
                         int tag, Deadline deadline) = 0;
+
+  // Start-up liveness (MPI only; a no-op elsewhere): from now on every rank and rank 0 trade a
+  // small heartbeat several times per `silence` on a thread of their own, and a world
+  // collective that is still waiting fails once a rank it has heard from before has been
+  // silent for `silence`: rank 0 names the silent ranks, the others name rank 0 (after a
+  // grace, so that rank 0 speaks first). Without it, a link cut or a hung rank during
+  // start-up was found only by the collective's own deadline (20 s), naming nobody when every
+  // rank had already arrived. Call again to change `silence`; needs MPI_THREAD_MULTIPLE.
+  virtual void watch_liveness(std::chrono::milliseconds silence) { (void)silence; }
 
   // Ends the whole job now: MPI_Abort under mpirun. Used by a rank that failed and must
   // take its peers down with it; the launcher logs which rank and why before calling it.
