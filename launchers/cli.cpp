@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <map>
+#include <thread>
 
 #include "commands.hpp"
 #include "cpu_binding.hpp"
@@ -15,6 +18,16 @@
 
 namespace trellis::launchers {
 namespace {
+
+// Whether a failure is seen second-hand: a wait that ran out, or a link that broke. Those are
+// often the symptom of another rank's failure that a rank nearer to it is naming at the same
+// moment: a killed rank's host-mate names it within 0.1 s, and its own exit then breaks that
+// host-mate's links to the other host, whose ranks would blame the host-mate (the fault suite
+// saw it twice in 26 kills); a rank whose own thread timed out behind a slow link blamed
+// itself 10 ms before rank 0 named the link (4 of 9 at start-up).
+bool second_hand(const Error& e) {
+  return e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kLinkFailed || e.scope() == ErrorScope::kLink;
+}
 
 constexpr int kExitUsage = 2;
 
@@ -143,6 +156,13 @@ int run_action(const Action& action, Config config, bool sweep_shm) {
     const auto* err = dynamic_cast<const Error*>(&e);
     std::string kind = err ? std::string(to_string(err->code())) : "unexpected error";
     if (session.size() > 1) {
+      // A second-hand failure waits a moment before it speaks, so that the rank that saw the
+      // cause first-hand (a dead or stopped process, a silent heartbeat) is the one the job's
+      // first report names; its MPI_Abort usually ends this process during the wait.
+      if (err && second_hand(*err)) {
+        const auto deadline = session.config.get_duration("comm.deadline_ms");
+        std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(std::chrono::milliseconds(1000), deadline / 4));
+      }
       // Take the peers down with us: they may be waiting on this rank. MPI_Abort makes
       // mpirun end every rank and say which rank called it.
       spdlog::critical("rank {} failed ({}): {}", session.rank(), kind, e.what());
