@@ -316,6 +316,7 @@ void Engine::progress_loop(const std::atomic<bool>& finished) {
             throw_error(ErrorCode::kPeerFailed, "{}", why);
           }
         }
+        if (opt_.silent_ranks) check_heartbeats(opt_.silent_ranks());
       }
       // Every pass wakes a thread that shares the cores with the forward, so pass often
       // only while a send is in flight; otherwise back off (doubling) to progress_idle_max
@@ -333,6 +334,22 @@ void Engine::progress_loop(const std::atomic<bool>& finished) {
     failed_.set(std::current_exception());
     tsem_.close();
   }
+}
+
+// Rank 0 hears every rank's heartbeat, the others rank 0's (bootstrap.hpp). A silence is
+// first-hand evidence, so it is said at once, like a stopped host-mate.
+void Engine::check_heartbeats(const std::vector<transport::Bootstrap::SilentRank>& silent) const {
+  if (silent.empty()) return;
+  std::string ranks;
+  double longest = 0;
+  for (const auto& s : silent) {
+    ranks += fmt::format("{}rank {}", ranks.empty() ? "" : ", ", s.rank);
+    longest = std::max(longest, s.seconds);
+  }
+  const std::string why = fmt::format("rank {}: no heartbeat from {} for {:.1f} s (stopped or hung, or behind a cut "
+                                      "link)", rank_, ranks, longest);
+  spdlog::critical("rank {} failed (peer failed): {}", rank_, why);
+  throw_error(ErrorCode::kPeerFailed, "{}", why);
 }
 
 EngineResult Engine::run() {

@@ -94,6 +94,7 @@ class Engine {
   void scheduler_thread();
   void relay_thread();
   void progress_loop(const std::atomic<bool>& finished);
+  void check_heartbeats(const std::vector<transport::Bootstrap::SilentRank>& silent) const;
   void publish(const ScheduleOutput& s, std::vector<transport::RequestPtr>& pending,
                std::vector<std::vector<std::byte>>& bufs);
   void post_ahead();

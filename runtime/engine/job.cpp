@@ -259,6 +259,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
           r.rank < static_cast<int>(topo.ranks.size()))
         eo.host_pids[static_cast<std::size_t>(r.rank)] = r.pid;
   }
+  eo.silent_ranks = [&world] { return world.silent_ranks(); };
   eo.keep_trace = !o.trace.empty();
   eo.progress_interval = std::chrono::microseconds(std::max<std::int64_t>(1, config.get_int("run.progress_interval_us")));
   eo.progress_idle_max = std::chrono::microseconds(std::max<std::int64_t>(1, config.get_int("run.progress_idle_us")));

@@ -280,6 +280,28 @@ TEST(Engine, DeadRankIsNamedWithinTheDeadline) {
   EXPECT_NE(r.errors[0].find("rank 1"), std::string::npos) << r.errors[0];
 }
 
+// A rank whose heartbeats stopped (a stopped process on another host, or one behind a cut
+// link: what Bootstrap::silent_ranks reports) is named by the watchdog as soon as it is
+// reported, first-hand, not by the wait that would time out on it at the deadline.
+TEST(Engine, SilentHeartbeatIsNamedFirstHand) {
+  auto opt = base_options();
+  opt.deadline = Millis(20000);
+  opt.silent_ranks = [] { return std::vector<transport::Bootstrap::SilentRank>{{1, 4.2}}; };
+  // Long enough to outlast the watchdog's first check (100 ms) several times over: ~0.5 s.
+  std::vector<Request> reqs;
+  for (int copy = 0; copy < 3; ++copy)
+    for (auto q : workload(false)) {
+      q.id = static_cast<std::int64_t>(reqs.size());
+      q.sampling.max_tokens = opt.scheduler.max_context - static_cast<int>(q.prompt.size());
+      reqs.push_back(q);
+    }
+  auto start = now_seconds();
+  auto r = run_layout(2, 1, reqs, opt);
+  EXPECT_LT(now_seconds() - start, 10.0) << "named only at a deadline";
+  ASSERT_FALSE(r.errors[0].empty()) << "the run went on although rank 1 was silent";
+  EXPECT_NE(r.errors[0].find("no heartbeat from rank 1 for 4.2 s"), std::string::npos) << r.errors[0];
+}
+
 // ---- serving: requests arrive through a LiveQueue while the engine runs ----
 
 namespace {

@@ -222,6 +222,14 @@ class MpiBootstrap final : public Bootstrap {
     beat_ = std::make_unique<detail::MpiHeartbeat>(comm_, rank_, size_, silence);
   }
 
+  std::vector<SilentRank> silent_ranks() const override {
+    std::vector<SilentRank> out;
+    if (!beat_) return out;
+    for (const auto& s : beat_->silent(rank_ == 0 ? std::chrono::milliseconds(0) : kNamingGrace))
+      out.push_back({s.rank, s.seconds});
+    return out;
+  }
+
   [[noreturn]] void abort(int exit_code) override {
     MPI_Abort(MPI_COMM_WORLD, exit_code);
     std::_Exit(exit_code);
@@ -310,7 +318,7 @@ class MpiBootstrap final : public Bootstrap {
   // which hears from everyone, is the one that speaks when it can.
   void check_liveness(const std::string& what) {
     const bool root = rank_ == 0;
-    const auto silent = beat_->silent(root ? std::chrono::milliseconds(0) : kNamingGrace);
+    const auto silent = silent_ranks();
     if (silent.empty()) return;
     std::string ranks;
     double longest = 0;

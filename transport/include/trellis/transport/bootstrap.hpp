@@ -57,6 +57,15 @@ class Bootstrap {
   // start-up was found only by the collective's own deadline (20 s), naming nobody when every
   // rank had already arrived. Call again to change `silence`; needs MPI_THREAD_MULTIPLE.
   virtual void watch_liveness(std::chrono::milliseconds silence) { (void)silence; }
+  // After watch_liveness: the ranks this one hears from (rank 0: every rank; the others: rank
+  // 0) that were heard from before and have now been silent for longer than `silence` (the
+  // others: plus a 1.5 s grace), with how long. Any thread may call it. Empty without
+  // heartbeats.
+  struct SilentRank {
+    int rank;
+    double seconds;
+  };
+  virtual std::vector<SilentRank> silent_ranks() const { return {}; }
 
   // Ends the whole job now: MPI_Abort under mpirun. Used by a rank that failed and must
   // take its peers down with it; the launcher logs which rank and why before calling it.

@@ -38,6 +38,7 @@
 #include "trellis/runtime/scheduler/scheduler.hpp"
 #include "trellis/runtime/trace/trace.hpp"
 #include "trellis/runtime/workload/workload.hpp"
+#include "trellis/transport/bootstrap.hpp"
 #include "trellis/transport/link.hpp"
 
 namespace trellis::runtime {
@@ -139,6 +140,11 @@ struct EngineOptions {
   // pid of every world rank on this host (0: on another host or unknown). The engine checks
   // them every 100 ms, so a dead neighbour is named even while no wait faces it.
   std::vector<std::int64_t> host_pids;
+  // The ranks whose heartbeats stopped (Bootstrap::silent_ranks), checked with host_pids
+  // every 100 ms: a rank stopped on another host, or one behind a cut link, is then named
+  // first-hand within the deadline, not by whichever wait on it (or on a rank waiting on it)
+  // times out first. Unset: not checked.
+  std::function<std::vector<transport::Bootstrap::SilentRank>()> silent_ranks;
   // The progress thread's sleep between passes over the links (setting
   // run.progress_interval_us). Each pass wakes a thread that shares the cores with the
   // forward; see docs/runtime.md, "Time to first token".
