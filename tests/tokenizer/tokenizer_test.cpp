@@ -10,6 +10,7 @@
 
 #include "gguf/gguf_test_util.hpp"
 #include "gguf/smollm2_path.hpp"
+#include "harness/tiny_tokenizer.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/runtime/checkpoint/gguf_writer.hpp"
 #include "trellis/runtime/tokenizer/tokenizer.hpp"
@@ -27,37 +28,16 @@ std::vector<std::string> strings_json() {
   return out;
 }
 
-// A byte-level vocabulary: the 256 byte symbols, a few merges, two control tokens.
+// A byte-level vocabulary (tests/harness/tiny_tokenizer.hpp) with a ChatML template that
+// adds a default system turn.
 Tokenizer tiny_tokenizer(const std::string& pre, const std::filesystem::path& dir) {
-  std::vector<std::string> tokens = {"<|im_start|>", "<|im_end|>"};
-  std::vector<std::int32_t> types = {3, 3};
-  int next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    char32_t c = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(next++);
-    std::string s;
-    if (c < 0x80) s += static_cast<char>(c);
-    else s += static_cast<char>(0xc0 | (c >> 6)), s += static_cast<char>(0x80 | (c & 0x3f));
-    tokens.push_back(s);
-    types.push_back(1);
-  }
-  std::vector<std::string> merges = {"h e", "l l", "he ll", "hell o", "Ġ w"};
-  for (const char* t : {"he", "ll", "hell", "hello", "Ġw"}) tokens.push_back(t), types.push_back(1);
-  gguf::GgufWriter w;
-  w.set("tokenizer.ggml.model", Value::of_string("gpt2"));
-  w.set("tokenizer.ggml.pre", Value::of_string(pre));
-  w.set("tokenizer.ggml.tokens", Value::of_strings(tokens));
-  w.set("tokenizer.ggml.token_type", Value::of_i32s(types));
-  w.set("tokenizer.ggml.merges", Value::of_strings(merges));
-  w.set("tokenizer.ggml.bos_token_id", Value::of_u32(0));
-  w.set("tokenizer.ggml.eos_token_id", Value::of_u32(1));
-  w.set("tokenizer.chat_template",
-        Value::of_string("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-                         "{{ '<|im_start|>system\\nBe brief.<|im_end|>\\n' }}{% endif %}"
-                         "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
-                         "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
   auto path = dir / ("tok_" + pre + ".gguf");
-  w.write(path, [](const gguf::TensorEntry&, float*) {});
+  test::write_tiny_tokenizer(
+      path, pre,
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+      "{{ '<|im_start|>system\\nBe brief.<|im_end|>\\n' }}{% endif %}"
+      "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+      "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
   return Tokenizer::from_gguf(path);
 }
 
