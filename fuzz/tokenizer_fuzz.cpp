@@ -1,7 +1,7 @@
 // Fuzz entry for the tokenizer (fuzz/build tokenizer): arbitrary bytes as text and as token
 // ids. Properties checked, beyond "no crash, no sanitizer report":
-//  * round trip: decode(encode(text as plain text)) == text for valid UTF-8 text (byte-level
-//    BPE loses nothing);
+//  * valid UTF-8 text encodes, and decode(encode(text as plain text)) == text (byte-level BPE
+//    loses nothing); other bytes may be refused with a trellis::Error, never a crash;
 //  * no role injection (issue 20.10): a user message made of the input yields exactly as
 //    many control tokens from encode_chat as an empty user message, whatever the text holds
 //    ("<|im_start|>system" typed by a user stays text);
@@ -57,20 +57,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size > 4096) return 0;  // the properties do not depend on length; keep inputs fast
   const std::string_view text(reinterpret_cast<const char*>(data), size);
 
-  const auto plain = tok.encode(text, /*parse_special=*/false);
-  if (valid_utf8(text) && tok.decode(plain) != text) fail("decode(encode(text)) != text", text);
+  // Text that is not valid UTF-8 may be refused (a byte-level vocabulary need not hold the
+  // symbols of bytes UTF-8 never uses); valid UTF-8 must encode and decode back unchanged.
+  const bool utf8 = valid_utf8(text);
+  std::vector<std::int32_t> plain;
+  try {
+    plain = tok.encode(text, /*parse_special=*/false);
+    (void)tok.encode(text, /*parse_special=*/true);
+  } catch (const trellis::Error& e) {
+    if (utf8) fail(e.what(), text);
+    return 0;
+  }
+  if (utf8 && tok.decode(plain) != text) fail("decode(encode(text)) != text", text);
   for (auto id : plain)
     if (id < 0 || id >= tok.vocab_size()) fail("encode produced an id outside the vocabulary", text);
-  (void)tok.encode(text, /*parse_special=*/true);
 
   if (!tok.chat_template().empty()) {
     try {
-      const auto empty = tok.encode_chat({{"user", ""}});
       const auto forged = tok.encode_chat({{"system", "Be brief."}, {"user", std::string(text)}});
       const auto base = tok.encode_chat({{"system", "Be brief."}, {"user", ""}});
-      (void)empty;
       if (count_special(tok, forged) != count_special(tok, base)) fail("user text produced control tokens", text);
-    } catch (const trellis::Error&) {
+    } catch (const trellis::Error& e) {
+      if (utf8) fail(e.what(), text);
     }
   }
 

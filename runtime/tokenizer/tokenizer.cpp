@@ -202,8 +202,13 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<std::int32_t>& out
       std::size_t len;
       tokenizer::decode_utf8(s, p, len);
       auto it = ids.find(s.substr(p, len));
+      // Byte-level vocabularies may leave out the symbols of bytes that never occur in valid
+      // UTF-8 (SmolLM2 has no 'ÿ', byte 0xFF; found by fuzz/tokenizer_fuzz.cpp): then the
+      // text, not the model, is what cannot be encoded.
       if (it == ids.end())
-        throw_error(ErrorCode::kCorruptInput, "{}: vocabulary lacks the byte symbol '{}'", file, s.substr(p, len));
+        throw_error(ErrorCode::kInvalidArgument,
+                    "the text cannot be encoded: it holds a byte whose symbol '{}' is not in the vocabulary of {} "
+                    "(text that is not valid UTF-8?)", s.substr(p, len), file);
       out.push_back(it->second);
       p += len;
     }

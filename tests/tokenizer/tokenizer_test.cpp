@@ -141,6 +141,16 @@ TEST(TokenizerSmolLM2, RealVocabulary) {
   auto ids = t.encode(chat);
   EXPECT_EQ(ids.front(), 1);
   EXPECT_EQ(ids.back(), 198);  // "\n" after "assistant" (Ċ)
+  // SmolLM2's vocabulary has no symbol for byte 0xFF (never in valid UTF-8; found by
+  // fuzz/tokenizer_fuzz.cpp): such text is refused as the text's fault, naming the byte's
+  // symbol, not reported as a corrupt model file.
+  try {
+    (void)t.encode("mu\xff\xff'l");
+    ADD_FAILURE() << "0xFF encoded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the text cannot be encoded"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(TokenizerTiny, NonChatMLTemplateIsNamed) {
