@@ -2,8 +2,11 @@
 // and GPT-2's byte <-> printable-character alphabet.
 #include "trellis/runtime/tokenizer/tokenizer.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <limits>
 #include <unordered_map>
 
@@ -69,6 +72,8 @@ struct Tokenizer::Impl {
   bool add_bos = false;
   std::vector<std::int32_t> stops;
   std::string chat_template;
+  // Whether a byte without a symbol of its own was dropped yet (said once per tokenizer).
+  mutable std::atomic<bool> dropped_said{false};
 
   void bpe(std::string_view piece, std::vector<std::int32_t>& out) const;
   void encode_plain(std::string_view text, std::vector<std::int32_t>& out) const;
@@ -202,13 +207,18 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<std::int32_t>& out
       std::size_t len;
       tokenizer::decode_utf8(s, p, len);
       auto it = ids.find(s.substr(p, len));
-      // Byte-level vocabularies may leave out the symbols of bytes that never occur in valid
-      // UTF-8 (SmolLM2 has no 'ÿ', byte 0xFF; found by fuzz/tokenizer_fuzz.cpp): then the
-      // text, not the model, is what cannot be encoded.
-      if (it == ids.end())
-        throw_error(ErrorCode::kInvalidArgument,
-                    "the text cannot be encoded: it holds a byte whose symbol '{}' is not in the vocabulary of {} "
-                    "(text that is not valid UTF-8?)", s.substr(p, len), file);
+      // Byte-level vocabularies may leave out the symbols of bytes that rarely or never
+      // occur in text: SmolLM2 has none for 21 of the 256 (0x04, 0x06, ..., 0xF1, 0xFF; found
+      // by fuzz/tokenizer_fuzz.cpp, which saw an exception here). The model's own tokenizer
+      // (Hugging Face tokenizers) and llama.cpp drop such a byte, so the model has never seen
+      // one; trellis drops it too, with the same ids as both, and says so once.
+      if (it == ids.end()) {
+        if (!dropped_said.exchange(true))
+          spdlog::warn("{}: the vocabulary has no symbol for a byte of the text ('{}'); such bytes are dropped, "
+                       "as the model's own tokenizer does", file, s.substr(p, len));
+        p += len;
+        continue;
+      }
       out.push_back(it->second);
       p += len;
     }

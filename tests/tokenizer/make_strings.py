@@ -27,6 +27,9 @@ BASE = [
     "The quick brown fox jumps over the lazy dog.", "A  B   C    D", "tail spaces    ",
     "MixedCASE and ALLCAPS and lowercase", "Tokenization is the process of splitting text.",
     "   indented\n\tcode\n        more", "a\u2028b\u2029c", "\u0085next line", "x\u000by\u000cz",
+    # Bytes some byte-level vocabularies have no symbol for (SmolLM2: 0x04, 0x06, 0x13, 0x14,
+    # 0x16, 0x1D and the lead byte 0xF1 of U+40000): the tokenizers drop them.
+    "a\u0004b", "ctrl \u0006\u0013\u0014\u0016\u001d end", "plane 4 \U00040000 char",
 ]
 
 WORDS = ["the", "model", "rank", "pipeline", "tensor", "2", "42", "3.5", "don't", "we're", "émigré",

@@ -133,7 +133,18 @@ TEST(TokenizerSmolLM2, RealVocabulary) {
   EXPECT_EQ(t.eos_id(), 2);
   EXPECT_EQ(t.pre_tokenizer(), "smollm");
   EXPECT_FALSE(t.add_bos_default());
-  for (const std::string& s : strings_json()) ASSERT_EQ(t.decode(t.encode(s)), s) << s;
+  // Bytes without a symbol in this vocabulary are dropped, as HF tokenizers and llama.cpp do
+  // (the peer test checks the ids of strings.json's "a\u0004b" against both).
+  std::string dropped;
+  for (int b = 0; b < 256; ++b)
+    if (t.encode(std::string(1, static_cast<char>(b)), false).empty()) dropped += static_cast<char>(b);
+  EXPECT_EQ(dropped.size(), 21u);
+  for (const std::string& s : strings_json()) {
+    std::string kept;
+    for (char c : s)
+      if (dropped.find(c) == std::string::npos) kept += c;
+    ASSERT_EQ(t.decode(t.encode(s)), kept) << s;
+  }
   auto chat = t.apply_chat_template({{"user", "What is 2+2?"}});
   EXPECT_EQ(chat,
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
@@ -141,16 +152,7 @@ TEST(TokenizerSmolLM2, RealVocabulary) {
   auto ids = t.encode(chat);
   EXPECT_EQ(ids.front(), 1);
   EXPECT_EQ(ids.back(), 198);  // "\n" after "assistant" (Ċ)
-  // SmolLM2's vocabulary has no symbol for byte 0xFF (never in valid UTF-8; found by
-  // fuzz/tokenizer_fuzz.cpp): such text is refused as the text's fault, naming the byte's
-  // symbol, not reported as a corrupt model file.
-  try {
-    (void)t.encode("mu\xff\xff'l");
-    ADD_FAILURE() << "0xFF encoded";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-    EXPECT_NE(std::string(e.what()).find("the text cannot be encoded"), std::string::npos) << e.what();
-  }
+  EXPECT_EQ(t.decode(t.encode("a\x04" "b")), "ab");  // 0x04 has no symbol: dropped, not an error
 }
 
 TEST_F(TokenizerTiny, NonChatMLTemplateIsNamed) {
