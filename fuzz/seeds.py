@@ -110,7 +110,8 @@ def seeds(target):
         return [bytes([mode | codec]) + json.dumps(body).encode() for mode, body in OPENAI for codec in (0, 2)]
     if target == "topology":
         out = []
-        topo_dir = os.path.join(ROOT, "..", "shared", "topologies")
+        shared = os.environ.get("TRELLIS_SHARED") or os.path.join(ROOT, "..", "shared")
+        topo_dir = os.path.join(shared, "topologies")
         if os.path.isdir(topo_dir):
             for name in sorted(os.listdir(topo_dir)):
                 with open(os.path.join(topo_dir, name), "rb") as f:
