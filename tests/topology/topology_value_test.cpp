@@ -3,6 +3,8 @@
 // discovery of the machine running the test.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <map>
 
 #include "trellis/core/error.hpp"
@@ -135,6 +137,29 @@ TEST(TopologyValue, CorruptJsonNamesTheField) {
     EXPECT_NE(std::string(e.what()).find("cluster.json"), std::string::npos);
   }
   EXPECT_THROW(topology_from_json_text("not json"), Error);
+}
+
+// A float too large for the integer member it lands in was read by a plain cast, which is
+// undefined (UBSan, fuzz/topology_fuzz.cpp): now refused naming where it stands. Also too
+// deep a document.
+TEST(TopologyValue, OutOfRangeNumberIsRefusedWithItsPath) {
+  nlohmann::json j = nlohmann::json::parse(to_json_text(parse_synthetic("hosts=1,sockets=1,cores=2")));
+  j["hosts"][0]["numa_nodes"][0]["memory_bytes"] = 5.5e118;
+  try {
+    topology_from_json_text(j.dump(), "cluster.json");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptInput);
+    EXPECT_NE(std::string(e.what()).find("/hosts/0/numa_nodes/0/memory_bytes is out of range"), std::string::npos)
+        << e.what();
+  }
+  std::string deep = "{\"hosts\": " + std::string(100, '[') + std::string(100, ']') + "}";
+  try {
+    topology_from_json_text(deep, "deep.json");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nested deeper than 64 levels"), std::string::npos) << e.what();
+  }
 }
 
 // Simulates 4 ranks on 2 hosts: each rank's string is collected, then every rank builds

@@ -2,6 +2,10 @@
 // are their to_string() names, so the JSON reads like `trellis topo` prints.
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "json_detail.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/topology/placement.hpp"
@@ -44,10 +48,43 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Placement, pp, tp, model, kind, nvlink_disabl
 
 namespace {
 
+// Why a number of `j` cannot be read, or "" when all can. nlohmann reads a float into an
+// integer member by a plain cast, which is undefined beyond the integer's range (a topology
+// JSON holding 5.5e118 as a NUMA node's memory_bytes; found by fuzz/topology_fuzz.cpp). No
+// figure of a topology or placement comes near 2^53 (8 PiB, or 8 PB/s), so larger floats,
+// and infinities, are refused whatever member they land in.
+// Iterative, with a depth limit: the text is untrusted, and no topology nests 64 deep.
+std::string out_of_range(const nlohmann::json& root) {
+  struct At {
+    const nlohmann::json* j;
+    std::string path;
+    int depth;
+  };
+  std::vector<At> todo{{&root, "", 0}};
+  while (!todo.empty()) {
+    At at = std::move(todo.back());
+    todo.pop_back();
+    const nlohmann::json& j = *at.j;
+    if (at.depth > 64) return fmt::format("{} is nested deeper than 64 levels", at.path);
+    if (j.is_number_float()) {
+      const double v = j.get<double>();
+      if (!std::isfinite(v) || std::fabs(v) >= 9007199254740992.0)
+        return fmt::format("the number {} at {} is out of range", v, at.path.empty() ? "/" : at.path);
+    } else if (j.is_array()) {
+      for (std::size_t i = 0; i < j.size(); ++i) todo.push_back({&j[i], at.path + "/" + std::to_string(i), at.depth + 1});
+    } else if (j.is_object()) {
+      for (auto it = j.begin(); it != j.end(); ++it) todo.push_back({&it.value(), at.path + "/" + it.key(), at.depth + 1});
+    }
+  }
+  return "";
+}
+
 template <typename T>
 T parse_as(std::string_view text, std::string_view what) {
   try {
-    return nlohmann::json::parse(text).get<T>();
+    const auto j = nlohmann::json::parse(text);
+    if (auto why = out_of_range(j); !why.empty()) throw_error(ErrorCode::kCorruptInput, "{}", why);
+    return j.get<T>();
   } catch (const nlohmann::json::exception& e) {
     throw_error(ErrorCode::kCorruptInput, "{}: {}", what, e.what());
   } catch (const Error& e) {
