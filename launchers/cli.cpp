@@ -158,10 +158,12 @@ int run_action(const Action& action, Config config, bool sweep_shm) {
     if (session.size() > 1) {
       // A second-hand failure waits a moment before it speaks, so that the rank that saw the
       // cause first-hand (a dead or stopped process, a silent heartbeat) is the one the job's
-      // first report names; its MPI_Abort usually ends this process during the wait.
+      // first report names; its MPI_Abort usually ends this process during the wait. 2 s,
+      // not 1: the launcher forwards a host's output up to ~1.1 s late, and a grace of 1 s let
+      // a second-hand line from the other host reach the log first (1 of 20 kills).
       if (err && second_hand(*err)) {
         const auto deadline = session.config.get_duration("comm.deadline_ms");
-        std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(std::chrono::milliseconds(1000), deadline / 4));
+        std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(std::chrono::milliseconds(2000), deadline / 2));
       }
       // Take the peers down with us: they may be waiting on this rank. MPI_Abort makes
       // mpirun end every rank and say which rank called it.

@@ -29,7 +29,7 @@ bool Engine::take_schedule(ScheduleOutput& out, Lane lane) {
       // so does the error of the thread that failed this rank when the wait was cancelled.
       const bool symptom = rank_ == 0 || failed_.failed;
       throw_scoped(symptom ? ErrorScope::kRank : ErrorScope::kJob, e.code(),
-                   "rank {}: no scheduling output from the scheduler on rank 0{}: {}", rank_,
+                   "rank {}: no scheduling output from rank 0 (the scheduler){}: {}", rank_,
                    leader_ == 0 ? "" : fmt::format(" (relayed by rank {})", leader_), e.what());
     }
     if (!got) throw_error(ErrorCode::kPeerFailed, "rank {}: the scheduling channel closed before a stop message", rank_);
@@ -279,7 +279,8 @@ void Engine::relay_thread() {
 // hidden state would wait for its sender's next test() and the pipeline would stall.
 void Engine::progress_loop(const std::atomic<bool>& finished) {
   try {
-    auto last_check = Clock::now();
+    // The first pass checks at once: a peer already gone at start is named before any wait.
+    auto last_check = Clock::now() - std::chrono::milliseconds(100);
     auto idle_sleep = opt_.progress_interval;
     // When each same-host rank was first seen stopped (SIGSTOP, a debugger); cleared when it
     // runs again.

@@ -17,6 +17,7 @@
 #include "src/mpi_heartbeat.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/poll.hpp"
+#include "trellis/core/strings.hpp"
 #include "trellis/transport/bootstrap.hpp"
 
 namespace trellis::transport {
@@ -306,6 +307,29 @@ class MpiBootstrap final : public Bootstrap {
                     "suspect rank 0 (or the link to it)", e.what());
       const std::string gone = missing_ranks();
       if (gone.empty()) throw;
+      // A collective with a short deadline can run out before a stopped rank's silence has
+      // lasted the whole silence window; among the ranks that never came, those whose
+      // heartbeats stopped (4 beats missed) are the cause, the others are only late (the
+      // fault suite saw "waiting for world rank(s) 1 3" when rank 3 was stopped and rank 1
+      // still busy, and read it as blaming rank 1).
+      if (beat_) {
+        std::string silent, late;
+        double longest = 0;
+        for (const auto& r : split(gone, ' ')) {
+          const double q = beat_->quiet_for(std::stoi(r));
+          if (q * 1000 >= 4.0 * static_cast<double>(beat_->interval().count())) {
+            silent += (silent.empty() ? "" : " ") + r;
+            longest = std::max(longest, q);
+          } else {
+            late += (late.empty() ? "" : " ") + r;
+          }
+        }
+        if (!silent.empty())
+          throw_error(ErrorCode::kPeerFailed, "{}: waiting for world rank(s) {}, silent for {:.1f} s (no heartbeat: "
+                      "stopped or hung, or behind a cut link){} (world collective #{} of this job)", e.what(), silent,
+                      longest, late.empty() ? "" : fmt::format("; rank(s) {} had not reached it either but still beat",
+                                                               late), collectives_);
+      }
       throw_error(ErrorCode::kPeerFailed, "{}: waiting for world rank(s) {}, which never reached it (world collective "
                   "#{} of this job)", e.what(), gone, collectives_);
     } catch (...) {

@@ -64,14 +64,24 @@ std::vector<MpiHeartbeat::Silent> MpiHeartbeat::silent(std::chrono::milliseconds
   return out;
 }
 
+double MpiHeartbeat::quiet_for(int rank) const {
+  if (rank < 0 || rank >= size_) return -1;
+  const std::int64_t last = last_ns_[static_cast<std::size_t>(rank)].load();
+  return last == 0 ? -1.0 : static_cast<double>(now_ns() - last) / 1e9;
+}
+
+std::chrono::milliseconds MpiHeartbeat::interval() const {
+  // Several beats per silence window, so one late wake-up of this thread on a busy host is
+  // not taken for a silence; at most 4 per second.
+  return std::chrono::milliseconds(std::clamp<std::int64_t>(silence_ms_.load() / 8, 20, 250));
+}
+
 void MpiHeartbeat::loop() {
   // Sends in flight per peer. Their requests are tested, never waited on.
   std::vector<std::deque<MPI_Request>> sent(static_cast<std::size_t>(size_));
   std::uint64_t in = 0;
   while (!stop_.load()) {
-    // Several beats per silence window, so one late wake-up of this thread on a busy host
-    // is not taken for a silence; at most 4 per second.
-    const auto interval = std::chrono::milliseconds(std::clamp<std::int64_t>(silence_ms_.load() / 8, 20, 250));
+    const auto gap = interval();
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || (rank_ != 0 && r != 0)) continue;
       auto& q = sent[static_cast<std::size_t>(r)];
@@ -92,7 +102,7 @@ void MpiHeartbeat::loop() {
       if (MPI_Recv(&in, 1, MPI_UINT64_T, st.MPI_SOURCE, kBeatTag, comm_, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
       if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < size_) last_ns_[static_cast<std::size_t>(st.MPI_SOURCE)].store(now_ns());
     }
-    std::this_thread::sleep_for(interval);
+    std::this_thread::sleep_for(gap);
   }
   // Sends still in flight: freed (MPI completes or drops them; kBeat stays valid).
   for (auto& q : sent)

@@ -38,6 +38,10 @@ class MpiHeartbeat {
   // least once and silent for longer than silence() + extra. A rank never heard from is not
   // counted: it may still be starting, and the collective's own deadline covers it.
   std::vector<Silent> silent(std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;
+  // Seconds since `rank`'s last heartbeat; negative when never heard from.
+  double quiet_for(int rank) const;
+  // The gap between two heartbeats of a live rank.
+  std::chrono::milliseconds interval() const;
 
  private:
   void loop();
