@@ -25,8 +25,11 @@ namespace {
 // host-mate's links to the other host, whose ranks would blame the host-mate (the fault suite
 // saw it twice in 26 kills); a rank whose own thread timed out behind a slow link blamed
 // itself 10 ms before rank 0 named the link (4 of 9 at start-up).
+// A kRank error is one this rank saw as a symptom (another of its threads failed, or the
+// failure of the rank feeding it was relayed to it).
 bool second_hand(const Error& e) {
-  return e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kLinkFailed || e.scope() == ErrorScope::kLink;
+  return e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kLinkFailed || e.scope() == ErrorScope::kLink ||
+         e.scope() == ErrorScope::kRank;
 }
 
 constexpr int kExitUsage = 2;
@@ -133,9 +136,9 @@ int run_action(const Action& action, Config config, bool sweep_shm) {
   session.under_mpirun = session.launch.uses_mpi();
   session.world_ptr = session.under_mpirun ? transport::make_mpi_bootstrap() : transport::make_local_bootstrap();
   // Heartbeats from the start, so that a rank lost during start-up (before any link is up)
-  // is named by the world collective waiting on it (runtime's prepare_job tightens it to a
-  // run's own comm.deadline_ms).
-  session.world().watch_liveness(session.config.get_duration("comm.deadline_ms"));
+  // is named by the world collective waiting on it after half the deadline (runtime's
+  // prepare_job sets it again from the run's own comm.deadline_ms).
+  session.world().watch_liveness(session.config.get_duration("comm.deadline_ms") / 2);
   LogOptions log;
   log.rank = session.rank();
   log.world_size = session.size();

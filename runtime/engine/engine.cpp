@@ -27,7 +27,8 @@ bool Engine::take_schedule(ScheduleOutput& out, Lane lane) {
     } catch (const Error& e) {
       // On rank 0 the scheduler is a thread of this process, and its own error names the cause;
       // so does the error of the thread that failed this rank when the wait was cancelled.
-      const bool symptom = rank_ == 0 || failed_.failed;
+      // So is a failure of rank 0 relayed by the channel (the ring's kRank).
+      const bool symptom = rank_ == 0 || failed_.failed || e.scope() == ErrorScope::kRank;
       throw_scoped(symptom ? ErrorScope::kRank : ErrorScope::kJob, e.code(),
                    "rank {}: no scheduling output from rank 0 (the scheduler){}: {}", rank_,
                    leader_ == 0 ? "" : fmt::format(" (relayed by rank {})", leader_), e.what());

@@ -157,9 +157,11 @@ PreparedJob::~PreparedJob() = default;
 std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Config& config, const GenerateOptions& o) {
   auto j = std::make_unique<PreparedJob>();
   const Deadline setup = Deadline::after(config.get_duration("comm.connect_timeout_ms") * 3);
-  // A rank that goes silent (a link cut, a stopped process) during the start-up below is
-  // named by the world collective waiting on it within comm.deadline_ms (bootstrap.hpp).
-  world.watch_liveness(config.get_duration("comm.deadline_ms"));
+  // A rank that goes silent (a link cut, a stopped process) is named first-hand after half
+  // the deadline, by the world collective waiting on it during the start-up below and by the
+  // engine's watchdog later (bootstrap.hpp): before the waits on it time out at the deadline,
+  // as a stopped host-mate is.
+  world.watch_liveness(config.get_duration("comm.deadline_ms") / 2);
   const double t_begin = now_seconds();
   check_layout_ranks(o.pp, o.tp, world.size());
   // The device, before anything is read: --device cuda without a GPU is refused here on every

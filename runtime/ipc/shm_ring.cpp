@@ -261,9 +261,11 @@ bool ShmRing::read(std::vector<std::byte>& out, Deadline deadline, const std::at
         // published before close() is lost.
         if (auto c = header_->closed.load(std::memory_order_acquire)) {
           got = try_read(out);
+          // The producer's own failure, relayed: a symptom here (scope kRank), so that the
+          // producer's report, not this one, is the job's first (launchers/cli.cpp).
           if (!got && c == kFailed)
-            throw_error(ErrorCode::kPeerFailed, "channel {}: its producer failed: {}", name_,
-                        std::string(header_->failure, strnlen(header_->failure, sizeof(header_->failure))));
+            throw_scoped(ErrorScope::kRank, ErrorCode::kPeerFailed, "channel {}: its producer failed: {}", name_,
+                         std::string(header_->failure, strnlen(header_->failure, sizeof(header_->failure))));
           closed = !got;
           return true;
         }
