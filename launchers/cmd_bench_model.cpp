@@ -290,7 +290,8 @@ int run_bench_group(Session& s, const BenchModelOptions& o) {
   auto reader = runtime::open_checkpoint(dir);
   auto cfg = runtime::parse_model_config(reader->config_json().value_or("{}"), dir + "/config.json");
   const auto place = runtime::StagePlace::of(s.rank(), tp, pp, cfg.num_layers);
-  kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")));
+  kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")),
+        static_cast<int>(s.config.get_int("kernels.spin_us")));
   // One TP group per stage (world ranks stage * tp ... + tp - 1), built as `trellis run`
   // builds them: make_group is collective, so every rank makes every stage's group in order.
   std::unique_ptr<transport::Group> group;
@@ -350,7 +351,8 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   if (cuda && !o.batches.empty())
     throw_error(ErrorCode::kInvalidArgument, "bench model: --batches times the CPU forward; drop it with --device cuda");
   auto ctxp = cuda ? std::make_unique<kernels::Context>(kernels::Device::kCuda, 0)
-                   : std::make_unique<kernels::Context>(static_cast<int>(s.config.get_int("kernels.threads")));
+                   : std::make_unique<kernels::Context>(static_cast<int>(s.config.get_int("kernels.threads")),
+        static_cast<int>(s.config.get_int("kernels.spin_us")));
   const kernels::Context& ctx = *ctxp;
   const std::string dir = ensure_checkpoint(o);  // after the context: a missing GPU is said first
   auto reader = runtime::open_checkpoint(dir);

@@ -55,7 +55,8 @@ int run_logits(Session& s, const LogitsOptions& o) {
   auto text = reader->config_json();
   if (!text) throw_error(ErrorCode::kNotFound, "{}: no config.json", reader->describe());
   auto cfg = runtime::parse_model_config(*text, reader->describe() + "/config.json");
-  kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")));
+  kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")),
+        static_cast<int>(s.config.get_int("kernels.spin_us")));
   auto group = tp_group(s);
   runtime::LoadOptions lo;
   lo.max_slots = static_cast<int>(prompts.size());

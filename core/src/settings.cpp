@@ -225,6 +225,11 @@ constexpr std::array kSettings = {
     SettingSpec{"run.channel_slot_bytes", T::kSize, "1MiB",
                 "Slot size of the in-host scheduling channel (largest scheduling output)", "",
                 4 * kKiB, kGiB},
+    SettingSpec{"kernels.spin_us", T::kInt, "100",
+                "Microseconds an idle kernel worker (and a waiting caller) spins before sleeping: hand-offs "
+                "between the short ops of a decode step without a wake-up; 0 sleeps at once (off anyway when "
+                "kernels.threads exceeds the CPUs the rank may use)",
+                "TRELLIS_KERNELS_SPIN_US", 0, 100000},
     SettingSpec{"kernels.batch_invariant", T::kBool, "false",
                 "Every matmul row computed as if alone (the small-M kernel's order for any batch): outputs "
                 "independent of what else is batched, slower long prefills; on whenever run.swift is",

@@ -305,7 +305,8 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   } else {
     if (me == 0 && device_choice == DeviceChoice::kAuto && !cuda_info.gpus.empty())
       spdlog::info("device: cpu (--device auto and not every rank sees a GPU)");
-    j->ctx = std::make_unique<kernels::Context>(static_cast<int>(config.get_int("kernels.threads")));
+    j->ctx = std::make_unique<kernels::Context>(static_cast<int>(config.get_int("kernels.threads")),
+        static_cast<int>(config.get_int("kernels.spin_us")));
     // SWIFT verifies a token inside a tree of several rows; it must get the logits plain
     // decoding gives it alone (kernels/context.hpp).
     if (config.get_bool("kernels.batch_invariant") || swift.enabled) {

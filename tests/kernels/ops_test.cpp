@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <cmath>
+#include <chrono>
 #include <numbers>
+#include <thread>
 
 #include "kernels/kernel_test_util.hpp"
 #include "trellis/core/error.hpp"
@@ -186,6 +188,29 @@ TEST(ThreadPool, CoversRangeAndPropagatesErrors) {
   std::atomic<int> after{0};  // the pool still works after an error
   pool.parallel_for(3, [&](std::int64_t lo, std::int64_t hi) { after += int(hi - lo); });
   EXPECT_EQ(after.load(), 3);
+}
+
+TEST(ThreadPool, SpinningHandOffsPublishResults) {
+  // Two threads spinning between jobs (the decode path): thousands of back-to-back tiny jobs,
+  // each reading what the previous one wrote. A chunk's writes must be visible to the caller
+  // as soon as parallel_for returns, whether the worker was spinning or asleep.
+  ThreadPool pool(2, 2000);
+  std::vector<std::int64_t> a(64, 0);
+  for (int round = 0; round < 5000; ++round) {
+    pool.parallel_for(64, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) a[std::size_t(i)] += 1;
+    });
+    if (round % 1000 == 999) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // workers fall asleep
+  }
+  for (auto v : a) ASSERT_EQ(v, 5000);
+  ThreadPool one(1, 2000);
+  EXPECT_EQ(one.spin_us(), 0) << "a pool without workers has nobody to spin";
+  ThreadPool spare(64, 50);  // more threads than this machine's CPUs
+  EXPECT_EQ(spare.spin_us(), 0) << "an oversubscribed pool must not spin";
+  ThreadPool zero(2, 0);
+  EXPECT_EQ(zero.spin_us(), 0);
+  zero.parallel_for(8, [&](std::int64_t lo, std::int64_t hi) { a[std::size_t(lo)] = hi; });
+  EXPECT_EQ(a[7], 8);
 }
 
 TEST(Triad, MeasuresAndChecks) {

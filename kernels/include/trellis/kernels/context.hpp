@@ -19,6 +19,7 @@
 // constructed (openblas_set_num_threads), so the last Context made wins.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -37,17 +38,29 @@ namespace trellis::kernels {
 // Work is split into chunks that threads claim one at a time, the caller included, and the
 // caller waits only for chunks already claimed. A worker that the OS has not scheduled yet
 // (a loaded machine) therefore delays nothing: the threads that run take its chunks.
+//
+// Between jobs a worker spins for `spin_us` microseconds before it sleeps on a condition
+// variable, and the caller spins as long for its last chunks: a decode step runs hundreds of
+// short parallel_fors (tens of microseconds each), and waking a sleeping thread costs about
+// as much as the work itself. Spinning is off when the pool has more threads than CPUs it may
+// run on (a spinner would take the core from the thread it waits for).
 class ThreadPool {
  public:
+  // Default spin before sleeping: covers the gaps between the ops of one decode step, not the
+  // gap between steps (kernels.spin_us).
+  static constexpr int kDefaultSpinUs = 100;
+
   // threads <= 0: every CPU this process may run on (its affinity: taskset, cgroups, core
   // binding; else std::thread::hardware_concurrency()). The caller counts as one
-  // of the threads, so threads - 1 workers are started.
-  explicit ThreadPool(int threads = 0);
+  // of the threads, so threads - 1 workers are started. spin_us < 0 means the default.
+  explicit ThreadPool(int threads = 0, int spin_us = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return size_; }
+  // The spin before sleeping actually used (0 when oversubscribed), in microseconds.
+  int spin_us() const { return spin_us_; }
 
   // Runs fn(begin, end) over [0, n) split into contiguous chunks of at least `grain` items
   // (up to 4 per thread, for balance); returns when all are done. An exception thrown by any
@@ -67,16 +80,22 @@ class ThreadPool {
   // returns with it held.
   void run_chunks(std::unique_lock<std::mutex>& lock);
 
+  // Spins until pred() holds or spin_us_ has passed; true when pred() held.
+  template <class Pred>
+  bool spin_until(Pred pred) const;
+
   int size_ = 1;
+  int spin_us_ = 0;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
-  std::uint64_t generation_ = 0;  // bumped per job, so sleeping workers notice a new one
-  bool stop_ = false;
+  // Written under mu_; atomic so that spinning threads can watch them without the lock.
+  std::atomic<std::uint64_t> generation_{0};  // bumped per job, so idle workers notice a new one
+  std::atomic<bool> stop_{false};
+  std::atomic<int> in_flight_{0};  // chunks claimed and still running
   const std::function<void(std::int64_t)>* job_ = nullptr;  // runs one chunk by index
   std::int64_t chunks_ = 0;      // chunks in the current job
   std::int64_t next_chunk_ = 0;  // next chunk to claim
-  int in_flight_ = 0;            // chunks claimed and still running
   std::exception_ptr error_;
 };
 
@@ -86,8 +105,8 @@ struct CudaState;
 
 class Context {
  public:
-  // A CPU context with `threads` threads (<= 0: all cores).
-  explicit Context(int threads = 0);
+  // A CPU context with `threads` threads (<= 0: all cores); spin_us as ThreadPool's.
+  explicit Context(int threads = 0, int spin_us = -1);
   // A context on `device`: Device::kCpu with `index` threads (as Context(index)), or
   // Device::kCuda on GPU `index` (an index among the GPUs this process sees), which it makes
   // the calling thread's current device. Throws kUnsupported naming the reason when the
