@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "trellis/core/error.hpp"
 #include "trellis/core/process.hpp"
@@ -305,8 +306,20 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   } else {
     if (me == 0 && device_choice == DeviceChoice::kAuto && !cuda_info.gpus.empty())
       spdlog::info("device: cpu (--device auto and not every rank sees a GPU)");
-    j->ctx = std::make_unique<kernels::Context>(static_cast<int>(config.get_int("kernels.threads")),
-        static_cast<int>(config.get_int("kernels.spin_us")));
+    const int threads = static_cast<int>(config.get_int("kernels.threads"));
+    int spin_us = static_cast<int>(config.get_int("kernels.spin_us"));
+    j->ctx = std::make_unique<kernels::Context>(threads, spin_us);
+    // Ranks of one host that together run more kernel threads than it has CPUs (unbound ranks,
+    // each taking every core): a spinning worker would hold a core another rank's thread
+    // needs, so they sleep at once instead.
+    int local_ranks = 0;
+    for (int h : grid.host_of) local_ranks += h == grid.host_of[static_cast<std::size_t>(me)];
+    const int host_cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (spin_us > 0 && j->ctx->pool().spin_us() > 0 && local_ranks * j->ctx->threads() > host_cpus) {
+      spdlog::debug("rank {}: {} ranks x {} kernel threads on {} CPUs: kernel workers sleep without spinning", me,
+                    local_ranks, j->ctx->threads(), host_cpus);
+      j->ctx = std::make_unique<kernels::Context>(threads, 0);
+    }
     // SWIFT verifies a token inside a tree of several rows; it must get the logits plain
     // decoding gives it alone (kernels/context.hpp).
     if (config.get_bool("kernels.batch_invariant") || swift.enabled) {
