@@ -1,12 +1,14 @@
 // `trellis bench kernels`: the kernels against their peers, measured in the same run.
 //  * Prefill GEMM: y = x w^T on the linear-layer shapes of a model preset from the runtime's
 //    table (default "llama-1b": hidden 2048, intermediate 8192, 32 heads / 8 KV heads of 64,
-//    vocab 32000), ours with f32 and bf16 weights vs OpenBLAS cblas_sgemm with f32 weights,
-//    each rep of each implementation interleaved so they share the machine's noise.
+//    vocab 32000), ours with f32 and bf16 weights vs OpenBLAS cblas_sgemm and oneDNN's matmul
+//    (f32, and bf16 with x rounded to bf16), each rep of each implementation interleaved so
+//    they share the machine's noise; every result is checked against sgemm's first.
 //  * Decode GEMV: weight bytes streamed per second at batch 1 (and --batch), against the
 //    STREAM triad bandwidth measured at the start of the same run. Weights rotate through
 //    enough copies to exceed the last-level cache, as a model's layers do.
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -49,46 +51,86 @@ double median(std::vector<double> v) {
 }
 
 k::Tensor random_tensor(k::DType t, std::int64_t rows, std::int64_t cols, std::uint32_t seed) {
-  k::Tensor f = k::Tensor::empty(k::DType::kF32, {rows, cols});
-  std::uint32_t s = seed * 2654435761u + 1;
-  for (std::int64_t i = 0; i < f.numel(); ++i) {
-    s = s * 1664525u + 1013904223u;  // LCG: cheap and deterministic; values in [-0.5, 0.5)
-    f.ptr<float>()[i] = static_cast<float>(s >> 8) / 16777216.0f - 0.5f;
-  }
-  if (t == k::DType::kF32) return f;
+  // Written element by element, not through k::convert: that needs a Context, and making one
+  // sets OpenBLAS's thread count (the last Context made wins), which made every sgemm of this
+  // benchmark single-threaded until 2026-11-27.
+  if (t != k::DType::kF32 && t != k::DType::kBF16 && t != k::DType::kF16)
+    throw_error(ErrorCode::kInvalidArgument, "bench: no random {} tensors", k::to_string(t));
   k::Tensor out = k::Tensor::empty(t, {rows, cols});
-  k::Context one(1);
-  k::convert(one, f, out);
+  std::uint32_t s = seed * 2654435761u + 1;
+  for (std::int64_t i = 0; i < out.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;  // LCG: cheap and deterministic; values in [-0.5, 0.5)
+    const float f = static_cast<float>(s >> 8) / 16777216.0f - 0.5f;
+    if (t == k::DType::kF32)
+      out.ptr<float>()[i] = f;
+    else
+      out.ptr<std::uint16_t>()[i] = t == k::DType::kBF16 ? k::f32_to_bf16(f) : k::f32_to_f16(f);
+  }
   return out;
 }
 
 namespace {
 
+// One row of the prefill table: GFLOP/s medians of each implementation, in this order.
+enum GemmImpl { kSgemm, kOursF32, kOursBf16, kBf16Sgemm, kDnnlF32, kBf16DnnlF32, kDnnlBf16, kGemmImpls };
+// Their names in the JSON output and in errors.
+constexpr const char* kGemmImplNames[kGemmImpls] = {"sgemm",      "ours_f32",           "ours_bf16",  "bf16_to_f32_sgemm",
+                                                    "onednn_f32", "bf16_to_f32_onednn", "onednn_bf16"};
+
 struct GemmRow {
   std::string shape;
   std::int64_t m, n, k;
-  double blas, ours_f32, ours_bf16, blas_bf16;  // GFLOP/s medians
+  double gflops[kGemmImpls];
+  double max_error[kGemmImpls];  // max |y - y_sgemm| / max |y_sgemm|, same weights, after warm-up
 };
 
+// Largest difference from the reference, relative to its largest magnitude.
+double relative_error(const k::Tensor& y, const k::Tensor& ref) {
+  double diff = 0, scale = 0;
+  for (std::int64_t i = 0; i < y.numel(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::abs(y.ptr<float>()[i] - ref.ptr<float>()[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(ref.ptr<float>()[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
 GemmRow bench_gemm(const k::Context& ctx, const Shape& s, std::int64_t m, int reps) {
-  k::Tensor x = random_tensor(k::DType::kF32, m, s.k, 1), y = k::Tensor::empty(k::DType::kF32, {m, s.n});
+  k::Tensor x = random_tensor(k::DType::kF32, m, s.k, 1);
   k::Tensor w32 = random_tensor(k::DType::kF32, s.n, s.k, 2), w16 = random_tensor(k::DType::kBF16, s.n, s.k, 3);
   struct Impl {
     const k::Tensor* w;
     k::MatmulAlgo algo;
+    GemmImpl reference;  // sgemm with the same weights
+    double tolerance;    // on relative_error: f32 sums in another order; bf16 x loses 16 bits
+    k::Tensor y;
     std::vector<double> gflops;
-  } impls[] = {{&w32, k::MatmulAlgo::kBlas, {}}, {&w32, k::MatmulAlgo::kAuto, {}},
-               {&w16, k::MatmulAlgo::kAuto, {}}, {&w16, k::MatmulAlgo::kBlas, {}}};
+  };
+  using A = k::MatmulAlgo;
+  Impl impls[kGemmImpls] = {{&w32, A::kBlas, kSgemm, 0, {}, {}},        {&w32, A::kGemm, kSgemm, 1e-4, {}, {}},
+                            {&w16, A::kGemm, kBf16Sgemm, 1e-4, {}, {}}, {&w16, A::kBlas, kBf16Sgemm, 0, {}, {}},
+                            {&w32, A::kOnednn, kSgemm, 1e-4, {}, {}},   {&w16, A::kOnednn, kBf16Sgemm, 1e-4, {}, {}},
+                            {&w16, A::kOnednnBf16, kBf16Sgemm, 2e-2, {}, {}}};
+  for (auto& im : impls) im.y = k::Tensor::empty(k::DType::kF32, {m, s.n});
+  GemmRow row{s.name, m, s.n, s.k, {}, {}};
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k);
-  for (int r = -1; r < reps; ++r)  // rep -1 warms caches, pages and scratch buffers
+  for (int r = -1; r < reps; ++r) {  // rep -1 warms caches, pages, scratch and oneDNN's primitives
     for (auto& im : impls) {
       double t0 = now_seconds();
-      k::matmul(ctx, x, *im.w, y, {0.0f, im.algo});
+      k::matmul(ctx, x, *im.w, im.y, {0.0f, im.algo});
       double dt = now_seconds() - t0;
       if (r >= 0) im.gflops.push_back(flops / dt / 1e9);
     }
-  return {s.name, m, s.n, s.k, median(impls[0].gflops), median(impls[1].gflops), median(impls[2].gflops),
-          median(impls[3].gflops)};
+    if (r >= 0) continue;
+    // What is timed must be right: a broken call could look fast.
+    for (int i = 0; i < kGemmImpls; ++i) {
+      row.max_error[i] = relative_error(impls[i].y, impls[impls[i].reference].y);
+      if (!(row.max_error[i] <= impls[i].tolerance))
+        throw_error(ErrorCode::kInternal, "bench kernels: {} M={}: {} differs from sgemm by {:.3g} of the largest "
+                    "value (bound {:.3g})", s.name, m, kGemmImplNames[i], row.max_error[i], impls[i].tolerance);
+    }
+  }
+  for (int i = 0; i < kGemmImpls; ++i) row.gflops[i] = median(impls[i].gflops);
+  return row;
 }
 
 struct GemvRow {
@@ -132,8 +174,10 @@ int run_bench_kernels(Session& s, const KernelBenchOptions& o) {
   const std::size_t rotate_bytes = parse_size(o.rotate_size, "--rotate-size");
   const int threads = static_cast<int>(s.config.get_int("kernels.threads"));
   k::Context ctx(threads);
-  std::cerr << fmt::format("bench kernels: preset {} | {} | {} threads | BLAS {} | ISA {}\n", o.preset,
-                           k::cpu_model_name(), ctx.threads(), k::blas_description(), k::compiled_isa());
+  std::cerr << fmt::format("bench kernels: preset {} | {} | {} threads | BLAS {} | {} | ISA {}\n", o.preset,
+                           k::cpu_model_name(), ctx.threads(), k::blas_description(), k::onednn_description(),
+                           k::compiled_isa());
+  const std::string auto_f32 = k::prefill_gemm_choice(k::DType::kF32), auto_bf16 = k::prefill_gemm_choice(k::DType::kBF16);
   k::TriadResult triad = k::measure_triad(ctx, triad_bytes, 10);
   k::Triad triad_pass(ctx, triad_bytes);
   std::vector<GemmRow> gemm;
@@ -152,11 +196,17 @@ int run_bench_kernels(Session& s, const KernelBenchOptions& o) {
     j["cpu"] = k::cpu_model_name();
     j["threads"] = ctx.threads();
     j["blas"] = k::blas_description();
+    j["onednn"] = k::onednn_description();
+    j["prefill_auto"] = {{"f32", auto_f32}, {"bf16", auto_bf16}};
     j["triad"] = {{"array_bytes", triad.array_bytes}, {"median_GBps", triad_gbps}, {"best_GBps", triad.best_bytes_per_s / 1e9}};
-    for (const auto& g : gemm)
-      j["gemm"].push_back({{"shape", g.shape}, {"m", g.m}, {"n", g.n}, {"k", g.k}, {"sgemm_GFLOPs", g.blas},
-                           {"ours_f32_GFLOPs", g.ours_f32}, {"ours_bf16_GFLOPs", g.ours_bf16},
-                           {"bf16_to_f32_sgemm_GFLOPs", g.blas_bf16}});
+    for (const auto& g : gemm) {
+      nlohmann::json r = {{"shape", g.shape}, {"m", g.m}, {"n", g.n}, {"k", g.k}};
+      for (int i = 0; i < kGemmImpls; ++i) {
+        r[std::string(kGemmImplNames[i]) + "_GFLOPs"] = g.gflops[i];
+        r[std::string(kGemmImplNames[i]) + "_max_rel_error"] = g.max_error[i];
+      }
+      j["gemm"].push_back(r);
+    }
     for (const auto& g : gemv)
       j["gemv"].push_back({{"shape", g.shape}, {"dtype", g.dtype}, {"m", g.m}, {"n", g.n}, {"k", g.k},
                            {"GBps", g.gbps}, {"triad_GBps", g.triad_gbps}, {"fraction_of_triad", g.ratio}});
@@ -167,13 +217,20 @@ int run_bench_kernels(Session& s, const KernelBenchOptions& o) {
                            ctx.threads(), format_bytes(static_cast<double>(triad.array_bytes)), triad_gbps,
                            triad.best_bytes_per_s / 1e9);
   std::cout << "prefill GEMM y[M,N] = x[M,K] w[N,K]^T, GFLOP/s (median of " << o.reps
-            << "), ratio = ours / OpenBLAS sgemm (target >= 0.70)\n";
-  std::cout << fmt::format("{:<8} {:>5} {:>6} {:>5}  {:>8}  {:>8} {:>6}  {:>9} {:>6}  {:>11} {:>6}\n", "shape", "M", "N",
-                           "K", "sgemm", "ours f32", "ratio", "ours bf16", "ratio", "bf16->sgemm", "ratio");
-  for (const auto& g : gemm)
-    std::cout << fmt::format("{:<8} {:>5} {:>6} {:>5}  {:>8.1f}  {:>8.1f} {:>6.2f}  {:>9.1f} {:>6.2f}  {:>11.1f} {:>6.2f}\n",
-                             g.shape, g.m, g.n, g.k, g.blas, g.ours_f32, g.ours_f32 / g.blas, g.ours_bf16,
-                             g.ours_bf16 / g.blas, g.blas_bf16, g.blas_bf16 / g.blas);
+            << "), ratio = / OpenBLAS sgemm; bf16 columns have bf16 weights (widened to f32 for sgemm and "
+               "oneDNN f32); oneDNN bf16 rounds x to bf16 (counted in its time)\n";
+  std::cout << fmt::format("kAuto at M > 8 takes: f32 weights: {}; bf16 weights: {}\n", auto_f32, auto_bf16);
+  std::cout << fmt::format("{:<8} {:>5} {:>6} {:>5}  {:>7}  {:>8} {:>5}  {:>9} {:>5}  {:>10} {:>5}  {:>8} {:>5}  "
+                           "{:>10} {:>5}  {:>9} {:>5}\n", "shape", "M", "N", "K", "sgemm", "ours f32", "ratio",
+                           "ours bf16", "ratio", "bf16>sgemm", "ratio", "dnnl f32", "ratio", "bf16>dnnl", "ratio",
+                           "dnnl bf16", "ratio");
+  for (const auto& g : gemm) {
+    std::string line = fmt::format("{:<8} {:>5} {:>6} {:>5}  {:>7.1f}", g.shape, g.m, g.n, g.k, g.gflops[kSgemm]);
+    const int widths[] = {0, 8, 9, 10, 8, 10, 9};
+    for (int i = 1; i < kGemmImpls; ++i)
+      line += fmt::format("  {:>{}.1f} {:>5.2f}", g.gflops[i], widths[i], g.gflops[i] / g.gflops[kSgemm]);
+    std::cout << line << "\n";
+  }
   std::cout << "\ndecode GEMV (weights streamed from memory): GB/s of weights, a triad pass before each rep, "
                "medians; ratio = median of per-rep GEMV/triad\n";
   std::cout << fmt::format("{:<8} {:>5} {:>3} {:>6} {:>5}  {:>8}  {:>8}  {:>6}\n", "shape", "dtype", "M", "N", "K", "GB/s",

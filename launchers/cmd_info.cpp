@@ -80,6 +80,10 @@ nlohmann::json library_json(const transport::LibraryReport& lib) {
   j["fmt"] = fmt::format("{}.{}.{}", FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100);
   j["blas"] = kernels::blas_description();
   j["cpu_isa"] = kernels::compiled_isa();
+  j["onednn"] = kernels::onednn_description();
+  // Which library a prefill matmul (M > 8) runs, by weight type (kernels/README.md).
+  j["prefill_gemm"] = kernels::prefill_gemm_choice(kernels::DType::kF32);
+  j["prefill_gemm_bf16"] = kernels::prefill_gemm_choice(kernels::DType::kBF16);
   const auto& c = lib.cuda;
   j["cuda"] = c.built ? nlohmann::json{{"built", true}, {"runtime", c.runtime}, {"driver", c.driver},
                                        {"devices", c.device_count}, {"nccl", c.nccl}, {"note", c.why}}
@@ -106,8 +110,10 @@ void print_libraries(const nlohmann::json& j) {
   std::cout << fmt::format("trellis {} ({}, {})\n\n", t["version"].get<std::string>(),
                            t["compiler"].get<std::string>(), t["build"].get<std::string>());
   std::cout << "libraries\n";
-  for (const char* k : {"mpi", "ucx", "hwloc", "spdlog", "fmt", "blas", "cpu_isa"})
+  for (const char* k : {"mpi", "ucx", "hwloc", "spdlog", "fmt", "blas", "onednn", "cpu_isa"})
     std::cout << fmt::format("  {:<8} {}\n", k, j[k].get<std::string>());
+  std::cout << fmt::format("  {:<8} f32 weights: {}; bf16: {}\n", "prefill", j["prefill_gemm"].get<std::string>(),
+                           j["prefill_gemm_bf16"].get<std::string>());
   const auto& c = j["cuda"];
   if (c["built"].get<bool>()) {
     std::cout << fmt::format("  {:<8} CUDA runtime {}, driver {}, {} device(s){}; NCCL {}\n", "cuda",

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "trellis/kernels/attention.hpp"
@@ -36,6 +37,23 @@ void gemv_invariant(ThreadPool& pool, const GemmArgs& g);
 void gemm_packed(ThreadPool& pool, const GemmArgs& g);
 // OpenBLAS cblas_sgemm; non-f32 B is converted to f32 in row blocks first.
 void gemm_blas(ThreadPool& pool, const GemmArgs& g);
+// Calls f with g's B as f32: g itself when B is f32, else blocks of up to 256 rows of B
+// widened to f32 in per-thread scratch (C and N of each block's args offset to match). For
+// libraries that take f32 weights only.
+void for_f32_weight_blocks(const GemmArgs& g, const std::function<void(const GemmArgs&)>& f);
+// oneDNN (onednn.cpp): its f32 matmul primitive (B widened by for_f32_weight_blocks), and its
+// bf16 one (A rounded to bf16 first, B must be bf16). The pool's threads each run oneDNN
+// single-threaded on blocks of columns; primitives are created once per shape, strides and
+// beta, and cached.
+void gemm_onednn(ThreadPool& pool, const GemmArgs& g);
+void gemm_onednn_bf16(ThreadPool& pool, const GemmArgs& g);
+// Whether oneDNN's effective ISA (dnnl_get_effective_cpu_isa) includes AVX-512 (avx512_core),
+// where its f32 matmul is a JIT brgemm kernel.
+bool onednn_has_avx512();
+// Whether OpenBLAS loaded AVX-512 kernels (its core name; gemm.cpp).
+bool blas_uses_avx512();
+// The library kAuto takes for M > kGemvMaxRows with B of type t (never kOnednnBf16).
+MatmulAlgo prefill_algo(DType t);
 
 void matmul(ThreadPool& pool, const GemmArgs& g, MatmulAlgo algo);
 // B block-quantised (kQ4_1 or kQ8_0; K and ldb multiples of 32): A's rows are quantised to

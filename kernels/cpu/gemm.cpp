@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -361,36 +362,42 @@ void gemm_packed(ThreadPool& pool, const GemmArgs& g) {
 #endif
 }
 
-void gemm_blas(ThreadPool& pool, const GemmArgs& g) {
-  (void)pool;  // OpenBLAS runs its own threads (set to the pool's size by Context)
-  auto m = static_cast<blasint>(g.m), k = static_cast<blasint>(g.k);
-  if (g.b_type == DType::kF32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<blasint>(g.n), k, 1.0f, g.a,
-                static_cast<blasint>(g.lda), static_cast<const float*>(g.b), static_cast<blasint>(g.ldb), g.beta,
-                g.c, static_cast<blasint>(g.ldc));
-    poll_progress();
-    return;
-  }
+void for_f32_weight_blocks(const GemmArgs& g, const std::function<void(const GemmArgs&)>& f) {
+  if (g.b_type == DType::kF32) return f(g);
   // Convert 256 weight rows at a time so the f32 copy stays small and cache-warm.
   constexpr std::int64_t kRows = 256;
   float* wf = scratch(static_cast<std::size_t>(kRows * std::max<std::int64_t>(g.k, 1)), 0);
   for (std::int64_t n0 = 0; n0 < g.n; n0 += kRows) {
-    std::int64_t nr = std::min(kRows, g.n - n0);
+    GemmArgs s = g;
+    s.n = std::min(kRows, g.n - n0);
     dispatch_dtype(g.b_type, "matmul", [&]<typename E>() {
       const auto* b = static_cast<const typename E::T*>(g.b);
-      for (std::int64_t r = 0; r < nr; ++r) row_to_f32<E>(b + (n0 + r) * g.ldb, wf + r * g.k, g.k);
+      for (std::int64_t r = 0; r < s.n; ++r) row_to_f32<E>(b + (n0 + r) * g.ldb, wf + r * g.k, g.k);
     });
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<blasint>(nr), k, 1.0f, g.a,
-                static_cast<blasint>(g.lda), wf, k, g.beta, g.c + n0, static_cast<blasint>(g.ldc));
-    poll_progress();  // OpenBLAS itself has no hook: between its calls only
+    s.b = wf;
+    s.b_type = DType::kF32;
+    s.ldb = g.k;
+    s.c = g.c + n0;
+    f(s);
+    poll_progress();  // the libraries have no hook: between their calls only
   }
 }
 
+void gemm_blas(ThreadPool& pool, const GemmArgs& g) {
+  (void)pool;  // OpenBLAS runs its own threads (set to the pool's size by Context)
+  for_f32_weight_blocks(g, [](const GemmArgs& s) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(s.m), static_cast<blasint>(s.n),
+                static_cast<blasint>(s.k), 1.0f, s.a, static_cast<blasint>(s.lda), static_cast<const float*>(s.b),
+                static_cast<blasint>(s.ldb), s.beta, s.c, static_cast<blasint>(s.ldc));
+  });
+  if (g.b_type == DType::kF32) poll_progress();
+}
+
 bool blas_uses_avx512() {
-  // Measured (docs/benchmarks.md, Kernels): OpenBLAS's AVX-512 sgemm kernels (what it loads
-  // for these core names) beat our GEMM by 10-20%; its AVX2 ones (e.g. "Haswell", which
-  // DYNAMIC_ARCH 0.3.21 picks for Zen 4/5 unless OPENBLAS_CORETYPE says otherwise) lose to
-  // it by 30-50%.
+  // Measured (docs/benchmarks.md, Kernels): with f32 weights OpenBLAS's AVX-512 sgemm kernels
+  // (what it loads for these core names) beat our GEMM by 5-15%; its AVX2 ones (e.g.
+  // "Haswell", which DYNAMIC_ARCH 0.3.21 picks for Zen 4/5 unless OPENBLAS_CORETYPE says
+  // otherwise) lose to it by 30-40%.
   static const bool avx512 = [] {
     std::string core = openblas_get_corename();
     return core == "SkylakeX" || core == "skylakex" || core == "Cooperlake" || core == "cooperlake" ||
@@ -399,12 +406,25 @@ bool blas_uses_avx512() {
   return avx512;
 }
 
+MatmulAlgo prefill_algo(DType t) {
+  // Measured (docs/benchmarks.md, "Prefill GEMM: ours, OpenBLAS and oneDNN"), 1 and 2 threads:
+  //  * f32 weights: oneDNN's AVX-512 brgemm beats ours (1.1-1.3x) and OpenBLAS, its AVX-512
+  //    kernels included (1.0-1.2x); without it, OpenBLAS's AVX-512 sgemm beats ours.
+  //  * 16-bit weights: both libraries take f32 weights only, and once they are widened (a pass
+  //    ours does not need: it widens while packing) ours, OpenBLAS and oneDNN are within the
+  //    run-to-run spread (+-5%) of each other; ours stays, with no extra pass or library call.
+  if (t != DType::kF32) return MatmulAlgo::kGemm;
+  if (onednn_has_avx512()) return MatmulAlgo::kOnednn;
+  return blas_uses_avx512() ? MatmulAlgo::kBlas : MatmulAlgo::kGemm;
+}
+
 void matmul(ThreadPool& pool, const GemmArgs& g, MatmulAlgo algo) {
-  if (algo == MatmulAlgo::kAuto)
-    algo = g.m <= kGemvMaxRows ? MatmulAlgo::kGemv : blas_uses_avx512() ? MatmulAlgo::kBlas : MatmulAlgo::kGemm;
+  if (algo == MatmulAlgo::kAuto) algo = g.m <= kGemvMaxRows ? MatmulAlgo::kGemv : prefill_algo(g.b_type);
   switch (algo) {
     case MatmulAlgo::kGemv: return gemv(pool, g);
     case MatmulAlgo::kBlas: return gemm_blas(pool, g);
+    case MatmulAlgo::kOnednn: return gemm_onednn(pool, g);
+    case MatmulAlgo::kOnednnBf16: return gemm_onednn_bf16(pool, g);
     case MatmulAlgo::kGemm:
     case MatmulAlgo::kAuto: return gemm_packed(pool, g);
   }

@@ -1,10 +1,12 @@
 #include "trellis/kernels/library.hpp"
 
 #include <cblas.h>
+#include <fmt/format.h>
 
 #include <fstream>
 #include <string>
 
+#include "cpu/cpu_ops.hpp"
 #include "cuda/cuda_ops.hpp"
 
 namespace trellis::kernels {
@@ -12,6 +14,17 @@ namespace trellis::kernels {
 std::string blas_description() {
   std::string s = openblas_get_config();
   return s + " (core " + openblas_get_corename() + ", " + std::to_string(openblas_get_num_threads()) + " threads)";
+}
+
+std::string prefill_gemm_choice(DType t) {
+  const std::string widened = t == DType::kF32 ? "" : fmt::format(", {} weights widened to f32 per 256 rows", to_string(t));
+  switch (cpu::prefill_algo(t)) {
+    case MatmulAlgo::kOnednn: return "oneDNN f32 matmul" + widened + " (oneDNN runs AVX-512 brgemm here)";
+    case MatmulAlgo::kBlas:
+      return fmt::format("OpenBLAS sgemm{} (its core {} has AVX-512 kernels)", widened, openblas_get_corename());
+    default:
+      return fmt::format("ours (gemm_packed{})", t == DType::kF32 ? "" : ", weights widened while packing");
+  }
 }
 
 std::string compiled_isa() {

@@ -61,6 +61,9 @@ void matmul(const Context& ctx, const TensorView& x, const TensorView& w, const 
   if (opt.algo == MatmulAlgo::kGemv && a.rows() > cpu::kGemvMaxRows && !ctx.batch_invariant())
     throw_error(ErrorCode::kInvalidArgument, "matmul: the gemv algorithm takes at most {} rows; input {} has {}",
                 cpu::kGemvMaxRows, a.describe(), a.rows());
+  if (opt.algo == MatmulAlgo::kOnednnBf16 && !on_cuda(ctx) && b.dtype != DType::kBF16)
+    throw_error(ErrorCode::kInvalidArgument, "matmul: the oneDNN bf16 algorithm needs bf16 weights; weight {} is {}",
+                b.describe(), to_string(b.dtype));
   if (is_quantized(b.dtype) && (b.cols() % 32 != 0 || b.row_stride() % 32 != 0))
     throw_error(ErrorCode::kInvalidArgument, "matmul: quantised weight {} must have whole 32-element blocks per row",
                 b.describe());

@@ -7,6 +7,7 @@
 
 #include "kernels/kernel_test_util.hpp"
 #include "trellis/core/error.hpp"
+#include "trellis/kernels/library.hpp"
 
 namespace trellis::kernels {
 namespace {
@@ -70,7 +71,7 @@ TEST_P(MatmulTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, MatmulTest,
                          ::testing::Combine(::testing::Values(MatmulAlgo::kAuto, MatmulAlgo::kGemv, MatmulAlgo::kGemm,
-                                                              MatmulAlgo::kBlas),
+                                                              MatmulAlgo::kBlas, MatmulAlgo::kOnednn),
                                             ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                                             ::testing::Values(1, 2)));
 
@@ -79,7 +80,7 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, MatmulTest,
 TEST(Matmul, StridedViews) {
   Context ctx(2);
   const std::int64_t m = 20, n = 45, k = 70, kfull = 100, nfull = 60;
-  for (MatmulAlgo algo : {MatmulAlgo::kGemm, MatmulAlgo::kBlas, MatmulAlgo::kGemv}) {
+  for (MatmulAlgo algo : {MatmulAlgo::kGemm, MatmulAlgo::kBlas, MatmulAlgo::kGemv, MatmulAlgo::kOnednn}) {
     std::int64_t rows = algo == MatmulAlgo::kGemv ? 5 : m;
     auto xs = random_floats(static_cast<std::size_t>(rows * kfull), 7);
     auto ws = random_floats(static_cast<std::size_t>(n * kfull), 8);
@@ -102,6 +103,76 @@ TEST(Matmul, StridedViews) {
       EXPECT_EQ(yw.ptr<float>()[i * nfull + 5 + n], 0.0f) << "wrote right of the output view";
     }
   }
+}
+
+// oneDNN's bf16 matmul rounds x to bf16; against a reference from the rounded x, the products
+// of two bf16 values are exact in f32, so only the f32 summation order is error: the same
+// bound as every other path. Odd M (1, 3, 17, 129), N and K not multiples of 16, strided
+// views of x, w and y, and beta.
+TEST(Matmul, OnednnBf16MatchesReferenceOfRoundedX) {
+  const Case cases[] = {{1, 37, 19}, {3, 70, 515}, {17, 100, 300}, {129, 1030, 270}, {17, 33, 2049}};
+  std::uint32_t seed = 40;
+  for (int threads : {1, 2}) {
+    Context ctx(threads);
+    for (const auto& c : cases) {
+      const std::int64_t kfull = c.k + 5, nfull = c.n + 3;
+      auto xs = store(random_floats(static_cast<std::size_t>(c.m * kfull), seed++), DType::kBF16, c.m, kfull);
+      auto ws = store(random_floats(static_cast<std::size_t>(c.n * kfull), seed++), DType::kBF16, c.n, kfull);
+      auto y0 = random_floats(static_cast<std::size_t>(c.m * nfull), seed++);
+      // x as f32 holding bf16-exact values, so the rounding is the identity and the reference
+      // is exact; then the same x unrounded, against a reference from the rounded values.
+      auto x_exact = test::f32_tensor(xs.exact, c.m, kfull);
+      auto x_raw = test::f32_tensor(random_floats(static_cast<std::size_t>(c.m * kfull), seed++), c.m, kfull);
+      for (const Tensor* x : {&x_exact, &x_raw}) {
+        std::vector<float> xe, we, ye;
+        for (std::int64_t i = 0; i < c.m; ++i)
+          for (std::int64_t p = 0; p < c.k; ++p)
+            xe.push_back(bf16_to_f32(f32_to_bf16(x->ptr<float>()[i * kfull + 2 + p])));
+        for (std::int64_t j = 0; j < c.n; ++j)
+          for (std::int64_t p = 0; p < c.k; ++p) we.push_back(ws.exact[static_cast<std::size_t>(j * kfull + 2 + p)]);
+        for (std::int64_t i = 0; i < c.m; ++i)
+          for (std::int64_t j = 0; j < c.n; ++j) ye.push_back(y0[static_cast<std::size_t>(i * nfull + 1 + j)]);
+        for (float beta : {0.0f, 0.5f}) {
+          Tensor yw = test::f32_tensor(y0, c.m, nfull);
+          TensorView yv = yw.view().slice_cols(1, c.n);
+          matmul(ctx, x->view().slice_cols(2, c.k), ws.tensor.view().slice_cols(2, c.k), yv,
+                 {beta, MatmulAlgo::kOnednnBf16});
+          auto want = reference(xe, we, c.m, c.n, c.k, beta, ye);
+          std::string what = "onednn bf16 m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" +
+                             std::to_string(c.k) + " beta=" + std::to_string(beta) + " threads=" + std::to_string(threads);
+          for (std::int64_t i = 0; i < c.m; ++i) {
+            std::vector<double> row(want.begin() + i * c.n, want.begin() + (i + 1) * c.n);
+            expect_close(static_cast<float*>(yv.row_ptr(i)), row, tolerance(c.k), 1e-5, what.c_str());
+            ASSERT_EQ(yw.ptr<float>()[i * nfull], y0[static_cast<std::size_t>(i * nfull)]) << "wrote left of y";
+            ASSERT_EQ(yw.ptr<float>()[i * nfull + nfull - 1], y0[static_cast<std::size_t>(i * nfull + nfull - 1)])
+                << "wrote right of y";
+          }
+        }
+      }
+    }
+  }
+  // Only bf16 weights: anything else is refused, naming the weight.
+  Context ctx(1);
+  Tensor x = Tensor::zeros(DType::kF32, {16, 8}), w = Tensor::zeros(DType::kF32, {4, 8}), y = Tensor::zeros(DType::kF32, {16, 4});
+  try {
+    matmul(ctx, x, w.view().named("lm_head.weight"), y, {0.0f, MatmulAlgo::kOnednnBf16});
+    FAIL() << "kOnednnBf16 took f32 weights";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("lm_head.weight"), std::string::npos) << e.what();
+  }
+}
+
+// kAuto's prefill choice is reported by name (trellis info, bench kernels), and oneDNN says
+// what it runs on.
+TEST(Matmul, PrefillChoiceIsReported) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const std::string choice = prefill_gemm_choice(t);
+    EXPECT_TRUE(choice.rfind("oneDNN", 0) == 0 || choice.rfind("OpenBLAS", 0) == 0 || choice.rfind("ours", 0) == 0)
+        << to_string(t) << ": " << choice;
+  }
+  EXPECT_NE(onednn_description().find("oneDNN "), std::string::npos) << onednn_description();
+  EXPECT_NE(onednn_description().find("ISA "), std::string::npos) << onednn_description();
 }
 
 TEST(Matmul, ShapeErrorsNameTheTensors) {

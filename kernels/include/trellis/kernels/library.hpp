@@ -6,10 +6,18 @@
 #include <string>
 #include <vector>
 
+#include "trellis/kernels/tensor.hpp"
+
 namespace trellis::kernels {
 
 // e.g. "OpenBLAS 0.3.21 (Haswell, 2 threads)".
 std::string blas_description();
+// e.g. "oneDNN 2.6.3 (OpenMP runtime, ISA avx512_core_bf16)": the version, its threading
+// runtime and the instruction set its JIT kernels use on this CPU.
+std::string onednn_description();
+// The library matmul's kAuto runs for prefill (M > 8 rows) with weights of type t, and why,
+// e.g. "oneDNN f32 matmul (oneDNN ISA avx512_core_bf16)". Decode (M <= 8) is always our GEMV.
+std::string prefill_gemm_choice(DType t);
 // The instruction-set extensions this binary was compiled for, e.g. "AVX2 FMA AVX512F".
 std::string compiled_isa();
 // The CPU's marketing name ("model name" in /proc/cpuinfo, as lscpu prints it), or

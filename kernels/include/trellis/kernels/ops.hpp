@@ -27,6 +27,11 @@ enum class MatmulAlgo : std::uint8_t {
   kGemv,   // memory-bound small-M path (streams the weights once); M <= 8
   kGemm,   // our cache-blocked AVX-512 GEMM (weights converted to f32 while packing)
   kBlas,   // OpenBLAS cblas_sgemm (non-f32 weights converted to f32 first)
+  kOnednn, // oneDNN's f32 matmul primitive (non-f32 weights converted to f32 first)
+  // oneDNN's bf16 matmul: x is ROUNDED TO BF16 (a pass counted in its time), w must be bf16,
+  // f32 accumulation and output. Changes results (x loses 16 bits), so kAuto never picks it:
+  // opt in where 2x prefill is worth it. On CUDA: as kGemm.
+  kOnednnBf16,
 };
 
 struct MatmulOptions {
