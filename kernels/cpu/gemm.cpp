@@ -395,7 +395,7 @@ void gemm_blas(ThreadPool& pool, const GemmArgs& g) {
 
 bool blas_uses_avx512() {
   // Measured (docs/benchmarks.md, Kernels): with f32 weights OpenBLAS's AVX-512 sgemm kernels
-  // (what it loads for these core names) beat our GEMM by 5-15%; its AVX2 ones (e.g.
+  // (what it loads for these core names) beat our GEMM by 8-20%; its AVX2 ones (e.g.
   // "Haswell", which DYNAMIC_ARCH 0.3.21 picks for Zen 4/5 unless OPENBLAS_CORETYPE says
   // otherwise) lose to it by 30-40%.
   static const bool avx512 = [] {
@@ -408,11 +408,12 @@ bool blas_uses_avx512() {
 
 MatmulAlgo prefill_algo(DType t) {
   // Measured (docs/benchmarks.md, "Prefill GEMM: ours, OpenBLAS and oneDNN"), 1 and 2 threads:
-  //  * f32 weights: oneDNN's AVX-512 brgemm beats ours (1.1-1.3x) and OpenBLAS, its AVX-512
-  //    kernels included (1.0-1.2x); without it, OpenBLAS's AVX-512 sgemm beats ours.
+  //  * f32 weights: oneDNN's AVX-512 brgemm beats ours (1.1-1.4x) and OpenBLAS, its AVX-512
+  //    kernels included (1.0-1.2x at 1 thread); without it, OpenBLAS's AVX-512 sgemm beats
+  //    ours (1.08-1.2x).
   //  * 16-bit weights: both libraries take f32 weights only, and once they are widened (a pass
-  //    ours does not need: it widens while packing) ours, OpenBLAS and oneDNN are within the
-  //    run-to-run spread (+-5%) of each other; ours stays, with no extra pass or library call.
+  //    ours does not need: it widens while packing) ours is 0.94-1.04x the faster of them, a
+  //    tie within the spread between runs; ours stays, with no extra pass or library call.
   if (t != DType::kF32) return MatmulAlgo::kGemm;
   if (onednn_has_avx512()) return MatmulAlgo::kOnednn;
   return blas_uses_avx512() ? MatmulAlgo::kBlas : MatmulAlgo::kGemm;
