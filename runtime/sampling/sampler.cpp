@@ -136,19 +136,48 @@ Kept kept_candidates(std::span<const float> z, const SamplingParams& p, std::vec
   };
   idx.resize(static_cast<std::size_t>(V));
   for (int v = 0; v < V; ++v) idx[static_cast<std::size_t>(v)] = v;
+  Kept k;
+  k.T = p.temperature;
   int n = V;
+  double total = 0;
+  bool have_total = false;
   if (p.top_k > 0 && p.top_k < V) {
     n = p.top_k;
     std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), before);
+  } else if (p.top_p < 1.0f) {
+    // Top-p alone: only the nucleus needs an order. Sorting the whole vocabulary per column
+    // was most of the sampling time of a large vocabulary (docs/benchmarks.md, "Bubbles from
+    // the trace"); instead the top c candidates (c = 64, 256, ...) are selected and sorted
+    // until their mass reaches top_p of the total. Every other token has a smaller logit (or
+    // the same with a larger id), so it comes after them in the full order: the nucleus and
+    // its order are the full sort's. The total is summed in vocabulary order.
+    const float zmax = *std::max_element(z.begin(), z.end());
+    k.m = zmax / k.T;
+    for (int v = 0; v < V; ++v) total += std::exp(static_cast<double>(z[static_cast<std::size_t>(v)] / k.T - k.m));
+    have_total = true;
+    const double need = static_cast<double>(p.top_p) * total;
+    for (int c = 64;; c *= 4) {
+      if (c >= V) {
+        std::sort(idx.begin(), idx.end(), before);
+        break;
+      }
+      std::nth_element(idx.begin(), idx.begin() + c, idx.end(), before);
+      std::sort(idx.begin(), idx.begin() + c, before);
+      double cum = 0;
+      for (int i = 0; i < c; ++i)
+        cum += std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / k.T - k.m));
+      if (cum >= need) {
+        n = c;
+        break;
+      }
+    }
   } else {
     std::sort(idx.begin(), idx.end(), before);
   }
-  Kept k;
-  k.T = p.temperature;
   k.m = z[static_cast<std::size_t>(idx[0])] / k.T;
   auto w = [&](int i) { return std::exp(static_cast<double>(z[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])] / k.T - k.m)); };
-  double total = 0;
-  for (int i = 0; i < n; ++i) total += w(i);
+  if (!have_total)
+    for (int i = 0; i < n; ++i) total += w(i);
   int keep = n;
   if (p.top_p < 1.0f) {
     double cum = 0, need = static_cast<double>(p.top_p) * total;

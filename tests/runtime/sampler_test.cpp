@@ -163,6 +163,39 @@ TEST(Sampler, MatchesNaiveReference) {
   }
 }
 
+// Top-p without top-k sorts only the nucleus (the top 64, 256, ... candidates until their
+// mass reaches top_p): a large vocabulary, peaked to flat distributions (nuclei of a few
+// tokens to most of the vocabulary), ties, and the reference's full sort agree every draw.
+TEST(Sampler, TopPAloneMatchesFullSort) {
+  const int V = 5003;
+  std::mt19937 rng(7);
+  int draws = 0;
+  for (float scale : {8.0f, 2.0f, 0.5f, 0.05f}) {
+    std::normal_distribution<float> logit(0, scale);
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<float> z(V);
+      for (auto& x : z) x = logit(rng);
+      if (trial == 5)
+        for (int v = 0; v < V; v += 7) z[static_cast<std::size_t>(v)] = z[0];  // many ties with the first
+      for (float top_p : {0.5f, 0.9f, 0.95f, 0.999f}) {
+        SamplingParams p;
+        p.temperature = trial % 2 ? 0.8f : 1.3f;
+        p.top_p = top_p;
+        p.seed = static_cast<std::uint64_t>(trial * 100 + draws);
+        std::vector<std::int32_t> scratch, none;
+        for (int step = 0; step < 3; ++step) {
+          std::vector<std::int32_t> out(static_cast<std::size_t>(step), 0);
+          const auto want = reference_sample(z, p, none, out);
+          const auto got = sample_token(z, p, sampling_uniform(p.seed, static_cast<std::uint64_t>(step)), scratch);
+          ASSERT_EQ(got, want) << "scale " << scale << " trial " << trial << " top_p " << top_p << " step " << step;
+          ++draws;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(draws, 4 * 6 * 4 * 3);
+}
+
 TEST(Sampler, SameSeedSameTokensWhateverTheColumn) {
   const int V = 50;
   SamplingParams p;
