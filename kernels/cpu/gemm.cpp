@@ -412,8 +412,8 @@ MatmulAlgo prefill_algo(DType t) {
   //    kernels included (1.0-1.2x at 1 thread); without it, OpenBLAS's AVX-512 sgemm beats
   //    ours (1.08-1.2x).
   //  * 16-bit weights: both libraries take f32 weights only, and once they are widened (a pass
-  //    ours does not need: it widens while packing) ours is 0.94-1.04x the faster of them, a
-  //    tie within the spread between runs; ours stays, with no extra pass or library call.
+  //    ours does not need: it widens while packing) ours is 0.94-1.04x the faster of them at 1
+  //    thread, 0.84-1.13x at 2: no consistent winner, so ours stays (no extra pass).
   if (t != DType::kF32) return MatmulAlgo::kGemm;
   if (onednn_has_avx512()) return MatmulAlgo::kOnednn;
   return blas_uses_avx512() ? MatmulAlgo::kBlas : MatmulAlgo::kGemm;
