@@ -2,8 +2,9 @@
 scripts/gpu-check).
 
 A call carries at most 64 MiB and the GGUF is 94 MiB, so `pack` splits it into two folders:
-.gpu-model-1 (56 MiB, carried alone by a first call that only stashes it in the GPU machine's
-/tmp) and .gpu-model-2 (the rest, carried with the bundle by the `run` call). The machine
+.gpu-model-1 (as much as fits beside the working tree, ~58 MiB, carried alone by a first call
+that only stashes it in the GPU machine's /tmp) and .gpu-model-2 (the rest, carried with the
+bundle by the `run` call; the bundle grew to ~22 MiB with oneDNN, so part 1 takes all it can). The machine
 keeps /tmp while it stays warm (30 s after a call), so the second call must follow at once.
 Each part names the whole file's size and SHA-256; the pieces are joined only when every part
 is there and the join's SHA-256 matches. A part missing (the machine was given back between
@@ -17,23 +18,29 @@ from pathlib import Path
 
 from .common import UsageError, human, log, sha256
 
-FIRST_PART_BYTES = 56 << 20   # alone in its call, beside the working tree
-SECOND_PART_MAX = 40 << 20    # beside the ~15 MiB bundle and the working tree
+CALL_BYTES = 64 << 20         # what one device call may carry
+MARGIN_BYTES = 1 << 20        # files the working tree gains between pack and the call
 STASH = Path(os.environ.get("TMPDIR", "/tmp")) / "trellis-gpu-check" / "model"
 
 
-def split(gguf, root):
-    """Writes root/.gpu-model-1 and root/.gpu-model-2 from gguf; returns the two folders."""
+def split(gguf, root, tree_bytes, bundle_bytes):
+    """Writes root/.gpu-model-1 and root/.gpu-model-2 from gguf; returns the two folders.
+
+    Part 1 travels beside the working tree alone; part 2 beside the tree and the bundle."""
     gguf = Path(gguf)
     size = gguf.stat().st_size
-    if size - FIRST_PART_BYTES > SECOND_PART_MAX:
-        raise UsageError(f"{gguf} ({human(size)}) does not fit two device calls "
-                         f"({human(FIRST_PART_BYTES)} + {human(SECOND_PART_MAX)})")
+    first_max = CALL_BYTES - tree_bytes - MARGIN_BYTES
+    second_max = CALL_BYTES - tree_bytes - bundle_bytes - MARGIN_BYTES
+    first_part = max(0, first_max)
+    if size - first_part > second_max:
+        raise UsageError(f"{gguf} ({human(size)}) does not fit two device calls beside a working tree of "
+                         f"{human(tree_bytes)} and a bundle of {human(bundle_bytes)} "
+                         f"({human(first_part)} + {human(max(0, second_max))})")
     whole = sha256(gguf)
     dirs = []
     with open(gguf, "rb") as f:
-        for index, (offset, count) in enumerate([(0, min(size, FIRST_PART_BYTES)),
-                                                 (FIRST_PART_BYTES, max(0, size - FIRST_PART_BYTES))], 1):
+        for index, (offset, count) in enumerate([(0, min(size, first_part)),
+                                                 (first_part, max(0, size - first_part))], 1):
             d = Path(root) / f".gpu-model-{index}"
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)

@@ -382,7 +382,7 @@ def cmd_pack(a):
         log(f"warning: {out_dir} is outside the repository: the device tool carries only paths inside it")
     gguf = os.environ.get("TRELLIS_SMOLLM2_GGUF") or read_models_env()
     if a.model_parts and gguf and Path(gguf).is_file():
-        parts = split(gguf, ROOT)
+        parts = split(gguf, ROOT, tree, bundle)
         for d in parts:
             exclude_from_git(d)
         if bundle + tree + (parts[1] / "part").stat().st_size > 64 * 2**20:
