@@ -43,6 +43,27 @@ void axpy(float p, const typename E::T* v, float* acc, int d) {
   for (; i < d; ++i) acc[i] += p * to_f32<E>(v[i]);
 }
 
+// out[0..NV*16) = sum over j < n of p[j] * v_j, v_j = v + j * stride, with the sum kept in
+// registers. The same FMAs in the same order as zeroing out and calling axpy for j = 0, 1,
+// ... (so bit for bit what prefill and tree attention compute), without a load and a store
+// of the accumulator per key: at short contexts those were most of decode attention.
+template <typename E, int NV>
+void weighted_sum(const float* p, const typename E::T* v, std::int64_t stride, std::int64_t n, float* out) {
+#ifdef TRELLIS_KERNELS_AVX512
+  __m512 acc[NV];
+  for (int k = 0; k < NV; ++k) acc[k] = _mm512_setzero_ps();
+  for (std::int64_t j = 0; j < n; ++j) {
+    const __m512 vp = _mm512_set1_ps(p[j]);
+    const typename E::T* vj = v + j * stride;
+    for (int k = 0; k < NV; ++k) acc[k] = _mm512_fmadd_ps(vp, load16<E>(vj + 16 * k), acc[k]);
+  }
+  for (int k = 0; k < NV; ++k) _mm512_storeu_ps(out + 16 * k, acc[k]);
+#else
+  std::fill(out, out + 16 * NV, 0.0f);
+  for (std::int64_t j = 0; j < n; ++j) axpy<E>(p[j], v + j * stride, out, 16 * NV);
+#endif
+}
+
 // In-place softmax of s[0..n); returns nothing, n >= 1.
 void softmax(float* s, std::int64_t n) {
   float mx = s[0];
@@ -109,8 +130,14 @@ void attention_prefill(ThreadPool& pool, const AttentionDims& dims, const Tensor
         std::int64_t n = start_pos + t + 1;
         for (std::int64_t j = 0; j < n; ++j) scores[static_cast<std::size_t>(j)] = scale * dot<E>(qh, kb + j * kv.k.stride[1], d);
         softmax(scores.data(), n);
-        std::fill(oh, oh + d, 0.0f);
-        for (std::int64_t j = 0; j < n; ++j) axpy<E>(scores[static_cast<std::size_t>(j)], vb + j * kv.v.stride[1], oh, d);
+        if (d == 64) {
+          weighted_sum<E, 4>(scores.data(), vb, kv.v.stride[1], n, oh);
+        } else if (d == 128) {
+          weighted_sum<E, 8>(scores.data(), vb, kv.v.stride[1], n, oh);
+        } else {
+          std::fill(oh, oh + d, 0.0f);
+          for (std::int64_t j = 0; j < n; ++j) axpy<E>(scores[static_cast<std::size_t>(j)], vb + j * kv.v.stride[1], oh, d);
+        }
         if ((item & 15) == 15) poll_progress();
       }
     }, 4);
@@ -139,10 +166,17 @@ void attention_decode(ThreadPool& pool, const AttentionDims& dims, const TensorV
           for (int i = 0; i < group; ++i)
             scores[static_cast<std::size_t>(i * n + j)] = scale * dot<E>(q0 + i * d, kb + j * c.k.stride[1], d);
         for (int i = 0; i < group; ++i) softmax(scores.data() + i * n, n);
-        std::fill(o0, o0 + static_cast<std::int64_t>(group) * d, 0.0f);
-        for (std::int64_t j = 0; j < n; ++j)
-          for (int i = 0; i < group; ++i)
-            axpy<E>(scores[static_cast<std::size_t>(i * n + j)], vb + j * c.v.stride[1], o0 + i * d, d);
+        if (d == 64 || d == 128) {  // the common head sizes: accumulate in registers
+          for (int i = 0; i < group; ++i) {
+            if (d == 64) weighted_sum<E, 4>(scores.data() + i * n, vb, c.v.stride[1], n, o0 + i * d);
+            else weighted_sum<E, 8>(scores.data() + i * n, vb, c.v.stride[1], n, o0 + i * d);
+          }
+        } else {
+          std::fill(o0, o0 + static_cast<std::int64_t>(group) * d, 0.0f);
+          for (std::int64_t j = 0; j < n; ++j)
+            for (int i = 0; i < group; ++i)
+              axpy<E>(scores[static_cast<std::size_t>(i * n + j)], vb + j * c.v.stride[1], o0 + i * d, d);
+        }
         if ((item & 15) == 15) poll_progress();
       }
     });

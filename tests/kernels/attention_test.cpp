@@ -295,7 +295,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TreeAttentionTest,
                                            AttnCase{4, 2, 24, DType::kF32, 2},   // odd head_dim
                                            AttnCase{4, 2, 16, DType::kBF16, 2},  // bf16 cache
                                            AttnCase{6, 2, 24, DType::kBF16, 3},  // 3:1, bf16, odd dim
-                                           AttnCase{4, 4, 33, DType::kF32, 2}));  // MHA, dim past 32
+                                           AttnCase{4, 4, 33, DType::kF32, 2},   // MHA, dim past 32
+                                           // Head sizes whose decode/prefill sums stay in registers:
+                                           // the chain must still equal them bit for bit.
+                                           AttnCase{6, 2, 64, DType::kF32, 2}, AttnCase{4, 1, 128, DType::kBF16, 2}));
 
 // kv_copy on a cache plane as f32 [pos][kv_head][d]: the expected result of a memmove.
 std::vector<float> moved(std::vector<float> plane, std::int64_t hkv, std::int64_t d, std::int64_t src, std::int64_t dst,
