@@ -40,6 +40,7 @@ rank_pid() {
 }
 
 # 1. A rank dies.
+: > "$W/log"  # now, not in the launched child: wait_started must not see the last run's log
 "${MPI[@]}" -np 4 "$T" --set comm.deadline_ms=5000 "${LONG[@]}" > "$W/log" 2>&1 &
 PID=$!
 wait_started || fail "the run did not start"
@@ -71,6 +72,7 @@ echo "ok: mpirun --enable-recovery refused with the reason, nothing ran (mpirun 
 # (the shm link, the shm all-reduce group and the channel notice a dead pid within ~100 ms;
 # deadline 5 s). Rank 1 dies in stage 0's TP group, 2 is the sampler, 3 is in stage 1's.
 for v in 1 2 3; do
+  : > "$W/log"  # now, not in the launched child: wait_started must not see the last run's log
   "${MPI[@]}" -np 4 --enable-recovery "$T" --set comm.allow_mpi_recovery=true --set comm.deadline_ms=5000 "${LONG[@]}" > "$W/log" 2>&1 &
   PID=$!
   wait_started || fail "the run did not start"
@@ -95,6 +97,7 @@ done
 # host-mates' watchdogs see it stopped and fail the job at half the deadline, before any
 # wait on a live rank gives up and blames that one. Ranks 1, 2 and 3, deadline 4 s.
 for v in 1 2 3; do
+  : > "$W/log"  # now, not in the launched child: wait_started must not see the last run's log
   "${MPI[@]}" -np 4 "$T" --set comm.deadline_ms=4000 "${LONG[@]}" > "$W/log" 2>&1 &
   PID=$!
   wait_started || fail "the run did not start"
@@ -117,6 +120,7 @@ done
 # 1c. Answers that finished before a rank died stay in --out (issue 23.7): each request's
 # line is written and flushed as it ends, not when the run ends, and rank 0 says how many
 # it wrote. --enable-recovery keeps rank 0 alive to say so (plain mpirun kills it at once).
+: > "$W/log"  # now, not in the launched child: wait_started must not see the last run's log
 "${MPI[@]}" -np 4 --enable-recovery "$T" --set comm.allow_mpi_recovery=true --set comm.deadline_ms=5000 run --pp 2 --tp 2 \
   --workload n=200000,in=8,out=8 --max-context 64 --out "$W/out.jsonl" > "$W/log" 2>&1 &
 PID=$!
@@ -161,6 +165,7 @@ if [ "$(id -u)" = 0 ]; then
 fi
 
 # 2. Ctrl-C.
+: > "$W/log"  # now, not in the launched child: wait_started must not see the last run's log
 "${MPI[@]}" -np 4 "$T" "${LONG[@]}" > "$W/log" 2>&1 &
 PID=$!
 wait_started || fail "the run did not start"
