@@ -152,11 +152,32 @@ class Trace:
         return self.at.get((s + step, k))
 
 
+class BadTrace(Exception):
+    pass
+
+
 def load(path):
+    """The trace at path; BadTrace naming the file and what is wrong with it."""
     Trace.fwd_starts = {}
-    with open(path) as f:
-        doc = json.load(f)
-    t = Trace(doc["traceEvents"] if isinstance(doc, dict) else doc)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise BadTrace(f"cannot read {path}: {e.strerror}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadTrace(f"{path} is not JSON: {e}")
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise BadTrace(f"{path}: no 'traceEvents' list (write one with `trellis run ... --trace FILE`)")
+    if not any(isinstance(e, dict) and e.get("ph") == "X" for e in events):
+        raise BadTrace(f"{path}: no spans (events with ph 'X'): nothing to measure")
+    try:
+        t = Trace(events)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise BadTrace(f"{path}: an event lacks a field or has a wrong type ({type(e).__name__}: {e}); "
+                       "expected the Chrome trace `trellis run --trace` writes")
+    if not t.fwd_starts:
+        raise BadTrace(f"{path}: no 'forward' spans on any rank's forward thread: nothing to measure")
     return t
 
 
@@ -317,7 +338,11 @@ def main():
     ap.add_argument("--json", action="store_true", help="print the numbers as JSON")
     ap.add_argument("--cores", type=int, help="cores the run had (default: this machine's)")
     args = ap.parse_args()
-    res = analyse(load(args.trace), args.trim, args.cores)
+    try:
+        tr = load(args.trace)
+    except BadTrace as e:
+        sys.exit(f"pipeline_bubbles: {e}")
+    res = analyse(tr, args.trim, args.cores)
     print(json.dumps(res, indent=1) if args.json else table(res))
 
 

@@ -122,12 +122,34 @@ def check(root, name, doc, want):
     return bad
 
 
+def check_refusals(root):
+    """Bad traces end with exit 1 and one line naming the file and the fault, no traceback."""
+    bad = []
+    cases = [("missing", None, "cannot read"), ("not JSON", '{"traceEvents": [', "is not JSON"),
+             ("no list", '{"other": 1}', "no 'traceEvents' list"), ("no spans", '{"traceEvents": []}', "no spans"),
+             ("span without ts", '[{"ph": "X", "name": "forward", "pid": 0, "tid": 0}]', "lacks a field")]
+    for name, text, want in cases:
+        path = os.path.join(tempfile.gettempdir(), f"pipeline-bubbles-bad-{os.getpid()}.json")
+        if text is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        try:
+            r = subprocess.run([sys.executable, os.path.join(root, "scripts/bench/pipeline_bubbles.py"), path],
+                               capture_output=True, text=True)
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+        if r.returncode != 1 or want not in r.stderr or path not in r.stderr or "Traceback" in r.stderr:
+            bad.append(f"bad trace '{name}': exit {r.returncode}, stderr {r.stderr.strip()!r} (wanted '{want}' and the path)")
+    return bad
+
+
 def main():
     root = sys.argv[1]
-    bad = check(root, "on", *case_on()) + check(root, "off", *case_off())
+    bad = check(root, "on", *case_on()) + check(root, "off", *case_off()) + check_refusals(root)
     if bad:
         sys.exit("pipeline_bubbles_test: FAILED\n" + "\n".join(bad))
-    print("pipeline_bubbles_test: both cases attribute as expected")
+    print("pipeline_bubbles_test: both cases attribute as expected; bad traces refused by name")
 
 
 if __name__ == "__main__":
