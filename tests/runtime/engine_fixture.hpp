@@ -52,6 +52,17 @@ class InProcHub {
     }
     return r.done;
   }
+  // Withdraws a receive that has not completed, as destroying a real link's request does
+  // (transport/request.hpp): its buffer may be freed next (a thread that failed and unwound).
+  void cancel(int src, int dst, std::uint32_t tag, const std::shared_ptr<std::atomic<std::size_t>>& done) {
+    std::lock_guard lock(mu_);
+    auto& posted = queues_[{src, dst, tag}].posted;
+    for (auto it = posted.begin(); it != posted.end(); ++it)
+      if (it->done == done) {
+        posted.erase(it);
+        return;
+      }
+  }
 
  private:
   static void deliver(const Recv& r, std::span<const std::byte> data) {
@@ -71,13 +82,19 @@ class InProcHub {
 
 class InProcRequest final : public transport::Request {
  public:
-  InProcRequest(std::shared_ptr<std::atomic<std::size_t>> done, std::string what)
-      : done_(std::move(done)), what_(std::move(what)) {}
+  InProcRequest(InProcHub& hub, int src, int dst, std::uint32_t tag, std::span<std::byte> buf, std::string what)
+      : hub_(hub), src_(src), dst_(dst), tag_(tag), done_(hub.recv(src, dst, tag, buf)), what_(std::move(what)) {}
+  ~InProcRequest() override {
+    if (done_->load() == 0) hub_.cancel(src_, dst_, tag_, done_);
+  }
   bool test() override { return done_->load() != 0; }
   std::size_t bytes() const override { return done_->load() - 1; }
   std::string describe() const override { return what_; }
 
  private:
+  InProcHub& hub_;
+  int src_, dst_;
+  std::uint32_t tag_;
   std::shared_ptr<std::atomic<std::size_t>> done_;
   std::string what_;
 };
@@ -92,7 +109,7 @@ class InProcLink final : public transport::Link {
     return transport::make_completed_request(data.size(), "in-proc send");
   }
   transport::RequestPtr irecv(std::span<std::byte> data, std::uint32_t tag) override {
-    return std::make_unique<InProcRequest>(hub_.recv(peer_, self_, tag, data),
+    return std::make_unique<InProcRequest>(hub_, peer_, self_, tag, data,
                                            fmt::format("in-proc receive from rank {} tag {}", peer_, tag));
   }
 
