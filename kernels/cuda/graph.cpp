@@ -35,7 +35,7 @@ struct OpGraph::Impl {
   cudaGraphExec_t exec = nullptr;
   std::byte* arena = nullptr;  // pinned
   std::size_t arena_bytes = 0, staged = 0;
-  void* scratch_at_capture = nullptr;
+  std::uint64_t scratch_at_capture = 0;  // CudaState::scratch_serial
   cudaEvent_t launched = nullptr;
   bool in_flight = false;
 
@@ -112,14 +112,14 @@ void OpGraph::capture(const std::function<void()>& body) {
                 sizing.used, rec.used);
   TRELLIS_CUDA_CHECK(s.gpu, cudaGraphInstantiate(&d.exec, d.graph, 0));
   d.staged = rec.used;
-  d.scratch_at_capture = s.scratch;
+  d.scratch_at_capture = s.scratch_serial;
   d.launch();
 }
 
 bool OpGraph::replay(const std::function<void()>& body, const std::function<bool()>& still_valid) {
   Impl& d = *impl_;
   CudaState& s = *d.s;
-  if (!d.exec || s.scratch != d.scratch_at_capture) return false;
+  if (!d.exec || s.scratch_serial != d.scratch_at_capture) return false;
   if (s.mode != GraphMode::kOff) throw_error(ErrorCode::kInternal, "OpGraph::replay inside another graph's body");
   d.wait_last_launch();
   GraphStaging fill{d.arena, d.arena_bytes, 0};
@@ -127,7 +127,7 @@ bool OpGraph::replay(const std::function<void()>& body, const std::function<bool
     ModeScope scope(s, GraphMode::kFilling, fill);
     body();
   }
-  if (s.scratch != d.scratch_at_capture) return false;  // the body grew it: shapes changed
+  if (s.scratch_serial != d.scratch_at_capture) return false;  // the body grew it: shapes changed
   if (still_valid && !still_valid()) return false;
   if (fill.used != d.staged)
     throw_error(ErrorCode::kInternal, "OpGraph::replay: the body staged {} bytes, the capture {} (different ops)", fill.used,

@@ -147,6 +147,7 @@ void* scratch(CudaState& s, std::size_t bytes) {
   s.scratch_bytes = 0;
   s.scratch = device_alloc(want);
   s.scratch_bytes = want;
+  ++s.scratch_serial;
   return s.scratch;
 }
 

@@ -56,6 +56,9 @@ struct CudaState {
   std::size_t workspace_bytes = 0;
   void* scratch = nullptr;
   std::size_t scratch_bytes = 0;
+  // Counts the scratch's allocations: a graph compares this, not the address, which a new
+  // allocation can reuse (Tensor::serial says why).
+  std::uint64_t scratch_serial = 0;
   // cuBLASLt descriptors and heuristic result by (M, N, K, lds, type, alignments), made on
   // first use (ops.cpp lt_matmul): both cost more host time than a small GEMM takes.
   using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int,

@@ -1,5 +1,6 @@
 #include "trellis/kernels/tensor.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -211,6 +212,8 @@ Tensor Tensor::empty(DType t, std::span<const std::int64_t> shape, Device d) {
   }
   out.bytes_ = bytes;
   out.view_.data = out.buf_.get();
+  static std::atomic<std::uint64_t> next_serial{1};
+  out.serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
   return out;
 }
 

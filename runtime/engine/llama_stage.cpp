@@ -176,9 +176,13 @@ class LlamaStage final : public StageCompute {
       if (m_.has_embedding()) m_.embed(batch_, xv);
       for (int l = m_.first_layer(); l < m_.last_layer(); ++l) m_.standard_layer(l, batch_, xv);
     };
-    // The graph holds the addresses of the model's scratch and of x: both must be the ones
-    // it was captured with, before the fill and after it (a fill may not grow them).
-    const auto buffers = [&] { return m_.scratch_fingerprint() ^ std::hash<const void*>{}(xv.data); };
+    // The graph holds the addresses of the model's scratch and of x: both must be the
+    // allocations it was captured with, before the fill and after it (a fill may not grow
+    // them). Serials, not addresses: a reallocation can return the same address.
+    const auto buffers = [&] {
+      return (m_.scratch_fingerprint() * 1000003u ^ std::hash<std::uint64_t>{}(dx_.serial())) * 1000003u ^
+             std::hash<const void*>{}(xv.data);
+    };
     auto& g = pair.graph[slot];
     if (!g) g = std::make_unique<kernels::OpGraph>(m_.context());
     Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "graph", in.iteration, m_.first_layer());

@@ -100,7 +100,7 @@ int LlamaModel::tp_size() const { return tp_.size(); }
 
 std::size_t LlamaModel::scratch_fingerprint() const {
   std::size_t h = 0;
-  for (const auto& t : scratch_) h = h * 1000003u ^ std::hash<const void*>{}(t.view().data);
+  for (const auto& t : scratch_) h = h * 1000003u ^ std::hash<std::uint64_t>{}(t.serial());
   return h;
 }
 

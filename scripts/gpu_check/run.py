@@ -249,10 +249,11 @@ def run_tests(rep, m, root, env, shim, scratch, budget, a, gpu_present):
         elif t["skip_rc"] is not None and rc == int(t["skip_rc"]):
             result = "skip"
         elif t["pass_regex"]:
-            result = "pass" if any(re.search(r, out) for r in t["pass_regex"]) else "fail"
+            # CMake's regular expressions let '.' match a newline too; Python's needs DOTALL.
+            result = "pass" if any(re.search(r, out, re.DOTALL) for r in t["pass_regex"]) else "fail"
         else:
             result = "pass" if (rc == 0) != t["will_fail"] else "fail"
-        if result == "pass" and any(re.search(r, out) for r in t["fail_regex"]):
+        if result == "pass" and any(re.search(r, out, re.DOTALL) for r in t["fail_regex"]):
             result = "fail"
         reason = ""
         if result == "skip":

@@ -13,6 +13,7 @@
 //    order of the sums; RoPE's cos/sin come from the same double angles).
 //  * attention: 2e-5 + 1e-4 relative, as the CPU attention test.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -371,10 +372,22 @@ TEST(Cuda, GraphReplayMatchesEagerSteps) {
     matmul(gpu(), attn, w, y);
     add(gpu(), y, attn, y);
   };
+  // Diagnostics for a crash seen only on a GPU (docs/gpu-runs/README.md): with
+  // TRELLIS_GRAPH_TEST_TRACE set each step is printed before it runs; with
+  // TRELLIS_GRAPH_TEST_WARMUP set one eager step (into a third cache) runs before the capture,
+  // as the engine does (it captures a batch size the second time it comes).
+  const bool trace = std::getenv("TRELLIS_GRAPH_TEST_TRACE") != nullptr;
+  if (std::getenv("TRELLIS_GRAPH_TEST_WARMUP") != nullptr) {
+    KvCache warm_kv(1, 3, kv_heads, cap, hd, DType::kBF16, Device::kCuda);
+    for (int b = 0; b < B; ++b) slots[static_cast<std::size_t>(b)] = b;
+    step(warm_kv);
+    gpu().synchronize();
+  }
   OpGraph g(gpu());
   EXPECT_FALSE(g.captured());
   EXPECT_FALSE(g.replay([&] { step(graph_kv); })) << "nothing captured yet";
   for (int it = 0; it < 90; ++it) {
+    if (trace) std::fprintf(stderr, "graph test: step %d (%s)\n", it, it == 0 ? "capture" : "replay"), std::fflush(stderr);
     for (int b = 0; b < B; ++b) {
       tokens[static_cast<std::size_t>(b)] = static_cast<std::int32_t>((it * 7 + b * 11) % vocab);
       pos[static_cast<std::size_t>(b)] = it + 40 * b;  // sequence 1 is 40 positions ahead
@@ -390,14 +403,19 @@ TEST(Cuda, GraphReplayMatchesEagerSteps) {
     expect_bits(to_host(graph_kv.view(0, slot).k), to_host(eager_kv.view(0, slot).k), "K of slot " + std::to_string(slot));
     expect_bits(to_host(graph_kv.view(0, slot).v), to_host(eager_kv.view(0, slot).v), "V of slot " + std::to_string(slot));
   }
+  if (trace) std::fprintf(stderr, "graph test: %s\n", "caches compared"), std::fflush(stderr);
   EXPECT_GT(g.staged_bytes(), 0u);
   EXPECT_THROW(g.replay([&] { embedding(gpu(), table, tokens, 0, x); }), Error) << "a different body";
+  if (trace) std::fprintf(stderr, "graph test: %s\n", "a different body refused"), std::fflush(stderr);
   EXPECT_THROW(g.replay([&] { (void)to_host(y); }), Error) << "host copies are refused in a body";
+  if (trace) std::fprintf(stderr, "graph test: %s\n", "a host copy refused"), std::fflush(stderr);
   // The scratch grows (a larger upload elsewhere): the graph's addresses are stale.
   std::vector<std::int32_t> many(1 << 18, 1);
   Tensor big = Tensor::empty(DType::kF32, {1 << 18, H + 2 * kvw}, Device::kCuda);
   embedding(gpu(), table, many, 0, big);
+  if (trace) std::fprintf(stderr, "graph test: %s\n", "scratch grown"), std::fflush(stderr);
   EXPECT_FALSE(g.replay([&] { step(graph_kv); }));
+  if (trace) std::fprintf(stderr, "graph test: %s\n", "stale replay refused"), std::fflush(stderr);
   gpu().synchronize();
 }
 

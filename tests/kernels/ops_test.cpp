@@ -256,5 +256,28 @@ TEST(Tensor, ViewsAndErrors) {
   EXPECT_THROW(matmul(ctx, on_gpu, m, y), Error);
 }
 
+// Graph caches compare allocations by serial, since freed memory can come back at the same
+// address (Tensor::serial; a CUDA graph launched over such a reuse crashed the driver).
+TEST(Tensor, SerialsDifferAcrossReallocationsAtOneAddress) {
+  EXPECT_EQ(Tensor().serial(), 0u);
+  bool same_address_seen = false;
+  std::uint64_t last = 0;
+  const void* last_data = nullptr;
+  for (int i = 0; i < 8; ++i) {
+    Tensor t = Tensor::empty(DType::kF32, {256, 64});
+    EXPECT_NE(t.serial(), 0u);
+    EXPECT_GT(t.serial(), last) << "allocation " << i;
+    same_address_seen |= t.view().data == last_data;
+    last = t.serial();
+    last_data = t.view().data;
+  }
+  // glibc hands the freed block straight back; were it not to, the check above still holds.
+  if (!same_address_seen) GTEST_LOG_(INFO) << "the allocator never reused an address here";
+  Tensor a = Tensor::empty(DType::kF32, {4});
+  const std::uint64_t s = a.serial();
+  Tensor b = std::move(a);
+  EXPECT_EQ(b.serial(), s) << "a move keeps the allocation and its serial";
+}
+
 }  // namespace
 }  // namespace trellis::kernels

@@ -142,6 +142,12 @@ class Tensor {
   std::int64_t numel() const { return view_.numel(); }
   std::size_t bytes() const { return bytes_; }
   bool empty_tensor() const { return bytes_ == 0; }
+  // A number no other allocation of this process has had (0: never allocated). Memory freed
+  // and allocated again can come back at the same address; a CUDA graph captured over the
+  // first allocation must not be launched over the second (the driver keeps per-allocation
+  // state: a launch after the free crashed inside cuGraphLaunch, docs/gpu-runs/README.md),
+  // so whoever caches addresses compares serials, not pointers.
+  std::uint64_t serial() const { return serial_; }
 
  private:
   struct Free {
@@ -152,6 +158,7 @@ class Tensor {
   };
   std::unique_ptr<std::byte, Free> buf_;
   std::size_t bytes_ = 0;
+  std::uint64_t serial_ = 0;
   TensorView view_;
 };
 
