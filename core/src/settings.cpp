@@ -47,6 +47,10 @@ constexpr std::array kSettings = {
     SettingSpec{"comm.no_nvlink", T::kBool, "false",
                 "Remove NVLink paths from link selection (and set NCCL_P2P_DISABLE=1 for NCCL)",
                 "TRELLIS_NO_NVLINK"},
+    SettingSpec{"comm.tp_collectives", T::kString, "auto",
+                "TP all-reduce of a GPU model: auto (NCCL in GPU memory when every rank of a TP group has its own GPU, "
+                "else staged through host memory), nccl (refuse a layout where it cannot), host",
+                "TRELLIS_TP_COLLECTIVES"},
     SettingSpec{"comm.shm.ring_bytes", T::kSize, "4MiB",
                 "Bytes of each direction's ring in a shared-memory link segment", "TRELLIS_SHM_RING_BYTES",
                 64 * kKiB, kGiB},

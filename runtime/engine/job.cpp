@@ -25,6 +25,7 @@
 #include "trellis/runtime/swift/settings.hpp"
 #include "trellis/topology/discovery.hpp"
 #include "trellis/transport/collectives.hpp"
+#include "trellis/transport/nccl_group.hpp"
 #include "trellis/transport/selection.hpp"
 
 namespace trellis::runtime {
@@ -151,6 +152,56 @@ SwiftConfig swift_config(const Config& config, const ModelConfig& cfg, const Var
   return c;
 }
 
+std::string tp_collectives_mode(const Config& config) {
+  std::string mode = config.get_string("comm.tp_collectives");
+  if (mode != "auto" && mode != "nccl" && mode != "host")
+    throw_error(ErrorCode::kInvalidArgument, "comm.tp_collectives: '{}' is not one of auto, nccl, host", mode);
+  return mode;
+}
+
+// The TP all-reduce of a GPU model (comm.tp_collectives): NCCL in GPU memory when every rank
+// of each TP group has a GPU of its own, else staged through host memory with the reason
+// logged. Collective over the world: every rank builds every stage's communicator in order.
+void setup_device_collectives(transport::Bootstrap& world, const Config& config, PreparedJob& j, bool use_gpu,
+                              Deadline setup) {
+  const std::string mode = tp_collectives_mode(config);
+  const auto& grid = j.grid;
+  const int me = world.rank(), stage = grid.stage_of(me);
+  if (!use_gpu || grid.tp == 1) {
+    if (mode == "nccl" && grid.tp > 1)
+      throw_error(ErrorCode::kUnsupported, "comm.tp_collectives=nccl: the model runs on the CPU (--device), NCCL needs GPU tensors");
+    j.tp_collectives = grid.tp == 1 ? "none (one rank per stage)" : "host memory (a CPU model)";
+    return;  // nothing to say on a CPU run: its groups are logged above
+  }
+  std::vector<int> gpus;
+  for (const auto& g : transport::allgather_strings(world, std::to_string(j.ctx->gpu()), setup)) gpus.push_back(std::stoi(g));
+  std::string why;
+  for (int s = 0; s < grid.pp && why.empty(); ++s) {
+    std::vector<int> members;
+    for (int k = 0; k < grid.tp; ++k) members.push_back(grid.rank_at(s, k));
+    why = transport::nccl_group_obstacle(members, grid.host_of, gpus);
+    if (!why.empty()) why = fmt::format("TP group of stage {}: {}", s, why);
+  }
+  if (why.empty() && !transport::nccl_group_built()) why = "this build has no NCCL";
+  if (mode == "host") why = "comm.tp_collectives=host";
+  if (!why.empty()) {
+    if (mode == "nccl") throw_error(ErrorCode::kUnsupported, "comm.tp_collectives=nccl cannot run this layout: {}", why);
+    j.tp_collectives = fmt::format("staged through host memory ({})", why);
+  } else {
+    const bool no_nvlink = config.get_bool("comm.no_nvlink");
+    for (int s = 0; s < grid.pp; ++s) {
+      std::vector<int> members;
+      for (int k = 0; k < grid.tp; ++k) members.push_back(grid.rank_at(s, k));
+      auto g = transport::make_nccl_group(world, members, j.ctx->gpu(), j.ctx->cuda_stream(),
+                                          config.get_duration("comm.deadline_ms"), no_nvlink);
+      if (s == stage) j.device_tp = std::move(g);
+    }
+    j.model->use_device_group(*j.device_tp);
+    j.tp_collectives = fmt::format("{}{}", j.device_tp->describe(), no_nvlink ? ", NCCL_P2P_DISABLE=1 (--no-nvlink)" : "");
+  }
+  if (me == 0) spdlog::info("TP all-reduce of GPU tensors: {}", j.tp_collectives);
+}
+
 }  // namespace
 
 PreparedJob::~PreparedJob() = default;
@@ -165,6 +216,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   world.watch_liveness(config.get_duration("comm.deadline_ms") / 2);
   const double t_begin = now_seconds();
   check_layout_ranks(o.pp, o.tp, world.size());
+  (void)tp_collectives_mode(config);  // a bad value is refused before anything is loaded
   // The device, before anything is read: --device cuda without a GPU is refused here on every
   // rank, naming the CUDA runtime's reason. One device for the whole job (auto takes the CPU
   // unless every rank sees a GPU), because a TP group's ranks must agree on their buffers.
@@ -340,6 +392,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
                          ? std::string("private, copied through the group (comm.coll_shm_window=0)")
                          : fmt::format("private, copied through the group ({} has no shared memory to register)",
                                        tp_group->describe()));
+  setup_device_collectives(world, config, *j, use_gpu, setup);
   VariantOptions vo;  // lp loads the paper's per-layer shards from the same checkpoint
   vo.progress = transport::ProgressOptions::from_config(config);
   vo.reader = reader.get();

@@ -239,7 +239,10 @@ void LlamaModel::all_reduce(const TensorView& partial) {
   if (tp_.size() == 1) return;
   if (!partial.is_contiguous())
     throw_error(ErrorCode::kInternal, "all_reduce needs a contiguous tensor, got {}", partial.describe());
-  if (partial.device != kernels::Device::kCpu) return all_reduce_staged(partial);
+  if (partial.device != kernels::Device::kCpu) {
+    if (!device_tp_) return all_reduce_staged(partial);
+    return device_tp_->all_reduce(partial.data, static_cast<std::size_t>(partial.numel()), transport::DType::kF32);
+  }
   tp_.all_reduce(partial.data, static_cast<std::size_t>(partial.numel()), transport::DType::kF32);
 }
 
@@ -247,6 +250,8 @@ transport::RequestPtr LlamaModel::all_reduce_async(const TensorView& partial) {
   if (tp_.size() == 1) return transport::make_completed_request(0, "all-reduce over a group of one");
   if (!partial.is_contiguous())
     throw_error(ErrorCode::kInternal, "all_reduce_async needs a contiguous tensor, got {}", partial.describe());
+  if (partial.device != kernels::Device::kCpu && device_tp_)  // on the group's own stream, fenced by events
+    return device_tp_->all_reduce_async(partial.data, static_cast<std::size_t>(partial.numel()), transport::DType::kF32);
   if (partial.device != kernels::Device::kCpu) {
     // Host staging is synchronous; the request is complete when it is returned (ladder then
     // overlaps nothing on a GPU until device-memory collectives exist).

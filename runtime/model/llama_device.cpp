@@ -1,6 +1,7 @@
 // LlamaModel on a GPU: host staging of weights at load, the out-of-memory advice, and the TP
-// all-reduce of device buffers through the host. The forward itself does not fork: every
-// step calls the same kernels ops, which dispatch by the views' device.
+// all-reduce of device buffers (a device-memory group, or staged through the host). The
+// forward itself does not fork: every step calls the same kernels ops, which dispatch by the
+// views' device.
 #include <cmath>
 
 #include "llama_internal.hpp"
@@ -78,10 +79,19 @@ void LlamaModel::load_and_allocate(const CheckpointReader& reader, const LoadOpt
   }
 }
 
+void LlamaModel::use_device_group(transport::Group& g) {
+  if (device() == kernels::Device::kCpu)
+    throw_error(ErrorCode::kInvalidArgument, "use_device_group: this model runs on the CPU; its tensors are host memory");
+  if (!g.device_memory() || g.size() != tp_.size() || g.rank() != tp_.rank())
+    throw_error(ErrorCode::kInternal, "use_device_group: {} is not a GPU-memory group of this TP group's {} ranks (rank {})",
+                g.describe(), tp_.size(), tp_.rank());
+  device_tp_ = &g;
+}
+
 void LlamaModel::all_reduce_staged(const kernels::TensorView& partial) {
   // Shared-memory and socket groups read host memory only: device -> host, reduce, host ->
-  // device. Correct but slow (two PCIe copies per reduction); device-memory collectives
-  // (NCCL) are the GPU communication issue's work.
+  // device. Correct but slow (two PCIe copies per reduction): the path when the ranks of a
+  // TP group share a GPU (NCCL refuses that) or comm.tp_collectives=host forces it.
   const std::int64_t n = partial.numel();
   if (host_stage_.numel() < n) host_stage_ = kernels::Tensor::empty(kernels::DType::kF32, {n});
   const kernels::TensorView host =

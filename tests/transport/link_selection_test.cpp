@@ -3,7 +3,9 @@
 
 #include "trellis/core/config.hpp"
 #include "trellis/core/error.hpp"
+#include "trellis/transport/bootstrap.hpp"
 #include "trellis/transport/collectives.hpp"
+#include "trellis/transport/nccl_group.hpp"
 #include "trellis/transport/selection.hpp"
 
 namespace trellis::transport {
@@ -153,6 +155,26 @@ TEST(WaitPolicy, TimeoutNamesTheWaitLazily) {
     EXPECT_NE(std::string(e.what()).find("receive from rank 3"), std::string::npos) << e.what();
   }
   EXPECT_EQ(formatted, 1);
+}
+
+// Which TP groups can have an NCCL communicator (the engine asks before touching a GPU):
+// members on one host need GPUs of their own; a build without NCCL refuses by name.
+TEST(NcclGroupPolicy, RanksSharingAGpuAreNamed) {
+  EXPECT_EQ(nccl_group_obstacle({0, 1}, {0, 0}, {0, 1}), "");
+  EXPECT_EQ(nccl_group_obstacle({0, 1}, {0, 1}, {0, 0}), "") << "GPU 0 of two different hosts";
+  const std::string why = nccl_group_obstacle({2, 3}, {0, 0, 1, 1}, {0, 1, 0, 0});
+  EXPECT_NE(why.find("ranks 2 and 3 share GPU 0 of host 1"), std::string::npos) << why;
+  EXPECT_NE(nccl_group_obstacle({0, 5}, {0, 0}, {0, 1}).find("rank 5 has no known host"), std::string::npos);
+  if (!nccl_group_built()) {
+    auto world = make_local_bootstrap();
+    try {
+      (void)make_nccl_group(*world, {0}, 0, nullptr, Millis(1000));
+      ADD_FAILURE() << "a build without NCCL made an NCCL group";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+      EXPECT_NE(std::string(e.what()).find("no NCCL"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

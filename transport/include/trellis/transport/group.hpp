@@ -56,6 +56,10 @@ class Group {
   // place). Groups without such memory (rings over links, MPI) return an empty span; a group
   // of one returns private memory. all_reduce works on any memory either way.
   virtual std::span<std::byte> allocate_window(std::size_t /*bytes*/) { return {}; }
+  // True for a group whose operations take GPU memory and are enqueued on a CUDA stream
+  // rather than finished when they return (make_nccl_group, nccl_group.hpp); false for every
+  // host-memory group here.
+  virtual bool device_memory() const { return false; }
 
   // `bytes` bytes at `data` on group rank `root` are copied to every member.
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;

@@ -37,6 +37,10 @@ struct PreparedJob {
   std::unique_ptr<Tracer> tracer;
   std::unique_ptr<transport::Group> timed;  // tp_group, tracing its all-reduces into tracer
   std::unique_ptr<kernels::Context> ctx;
+  // A GPU model's TP all-reduce in GPU memory (NCCL; comm.tp_collectives), or null when it is
+  // staged through tp_group. Between ctx and model: it goes after the model, before the stream.
+  std::unique_ptr<transport::Group> device_tp;
+  std::string tp_collectives;  // what the TP all-reduce of device tensors runs on, and why
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<StageCompute> stage;
   EngineOptions eo;  // scheduler limits (KV budget, context) filled; stop/live/serving not

@@ -170,6 +170,12 @@ class LlamaModel {
   std::size_t weight_bytes() const;
   std::size_t decode_bytes_per_token() const;
   transport::Group& group() { return tp_; }
+  // A GPU model's all-reduces go through `g` (a group with device_memory(), e.g. NCCL over the
+  // same members in the same order; it must outlive the model) instead of being staged
+  // through host memory and tp_. tp_ keeps everything on host data (logit gathering).
+  void use_device_group(transport::Group& g);
+  // Whether the TP all-reduce of device tensors runs in GPU memory (use_device_group).
+  bool device_collectives() const { return device_tp_ != nullptr; }
   const kernels::Context& context() const { return ctx_; }
   // Ranks in this stage's TP group.
   int tp_size() const;
@@ -250,6 +256,7 @@ class LlamaModel {
 
   ModelConfig cfg_;
   transport::Group& tp_;
+  transport::Group* device_tp_ = nullptr;  // use_device_group
   const kernels::Context& ctx_;
   TpLayout tp_layout_;
   int first_ = 0, last_ = 0;
