@@ -3,8 +3,11 @@
 // operation is issued right (type, count, stream order, the asynchronous fence, the barrier's
 // host wait) and that the group describes itself; sums over several GPUs need a machine with
 // several (docs/gpu-runs/README.md says which ran where).
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "harness/gpu_main.hpp"
@@ -78,6 +81,38 @@ TEST(NcclGroup, OneRankCommunicatorOperations) {
   for (int i = 0; i < 200; ++i) g->all_reduce(x.view().data, v.size(), transport::DType::kF32);
   g->barrier();
   EXPECT_EQ(host_copy(ctx, x), v);
+}
+
+
+// The watchdog (item 4 of issue 18) without a second GPU: a host function holds the stream for
+// longer than the group's deadline, so the all-reduce queued behind it cannot finish in time,
+// as if a peer never arrived. The watchdog must abort the communicator, and the next call must
+// throw kPeerFailed saying which operation outlived the deadline; the stream must move on.
+void CUDART_CB hold_stream(void* ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(ms)));
+}
+
+TEST(NcclGroup, WatchdogAbortsACollectivePastItsDeadline) {
+  auto world = make_local_bootstrap();
+  kernels::Context ctx(Device::kCuda, 0);
+  auto g = make_nccl_group(*world, {0}, 0, ctx.cuda_stream(), Millis(300));
+  Tensor x = device_copy(ctx, iota(1024, 0.0f));
+  static int hold_ms = 1500;
+  ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(ctx.cuda_stream()), hold_stream, &hold_ms), cudaSuccess);
+  const auto t0 = std::chrono::steady_clock::now();
+  g->all_reduce(x.view().data, 1024, transport::DType::kF32);  // enqueued behind the held stream
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  try {
+    g->all_reduce(x.view().data, 1024, transport::DType::kF32);
+    ADD_FAILURE() << "an all-reduce 900 ms behind a 300 ms deadline was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kPeerFailed) << e.what();
+    EXPECT_NE(std::string(e.what()).find("has not finished 300 ms after it was enqueued"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ranks 0"), std::string::npos) << e.what();
+  }
+  ctx.synchronize();  // the held stream ends; the aborted collective does not keep it
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  g.reset();  // destroying an aborted group returns
 }
 
 }  // namespace
