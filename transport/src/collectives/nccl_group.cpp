@@ -70,9 +70,11 @@ class NcclGroup final : public Group {
     }
     cv_.notify_all();
     watchdog_.join();
-    // Work still queued (an exception unwound past it) cannot be finalised politely.
-    if (aborted_ || !in_flight_.empty()) ncclCommAbort(comm_);
-    else ncclCommDestroy(comm_);
+    // Work still queued (an exception unwound past it) cannot be finalised politely. An
+    // aborted communicator is already freed: aborting it again was a use after free (the
+    // watchdog test crashed so on the H200, docs/gpu-runs/2026-11-27-h200-9).
+    if (!in_flight_.empty()) abort_comm();
+    else if (!aborted_) ncclCommDestroy(comm_);
     for (auto& f : in_flight_) cudaEventDestroy(f.event);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     cudaFree(one_);
