@@ -63,6 +63,43 @@ double DeviceTimer::stop() {
   return ms * 1e-3;
 }
 
+double time_graph_launches(const Context& ctx, const std::function<void()>& body, int launches, int reps) {
+  CudaState& s = ctx.cuda_state();
+  if (launches < 1 || reps < 1)
+    throw_error(ErrorCode::kInvalidArgument, "time_graph_launches: needs launches >= 1 and reps >= 1 (got {}, {})", launches,
+                reps);
+  body();  // eagerly: the scratch and cuBLASLt's plans are made outside the capture
+  TRELLIS_CUDA_CHECK(s.gpu, cudaStreamSynchronize(s.stream));
+  cudaGraph_t graph = nullptr;
+  TRELLIS_CUDA_CHECK(s.gpu, cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    body();
+  } catch (...) {
+    cudaStreamEndCapture(s.stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  TRELLIS_CUDA_CHECK(s.gpu, cudaStreamEndCapture(s.stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  TRELLIS_CUDA_CHECK(s.gpu, made);
+  struct ExecGuard {
+    cudaGraphExec_t e;
+    ~ExecGuard() { cudaGraphExecDestroy(e); }
+  } guard{exec};
+  TRELLIS_CUDA_CHECK(s.gpu, cudaGraphLaunch(exec, s.stream));  // warm
+  DeviceTimer t(ctx);
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    t.start();
+    for (int i = 0; i < launches; ++i) TRELLIS_CUDA_CHECK(s.gpu, cudaGraphLaunch(exec, s.stream));
+    samples.push_back(t.stop() / launches);
+  }
+  return median(samples);
+}
+
 DeviceBandwidth measure_device_bandwidth(const Context& ctx, std::size_t bytes, int reps) {
   CudaState& s = state_of(ctx, "measure_device_bandwidth");
   bytes = bytes / 64 * 64;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "trellis/kernels/context.hpp"
@@ -47,6 +48,14 @@ struct DeviceBandwidth {
 // Both ceilings on `ctx`'s GPU with buffers of `bytes` (rounded down to 64 bytes; at least
 // 64 MiB, reps >= 1, else kInvalidArgument). Allocates two buffers of `bytes` for the copy.
 DeviceBandwidth measure_device_bandwidth(const Context& ctx, std::size_t bytes = std::size_t{1} << 30, int reps = 20);
+
+// Median device seconds per run of `body` when it is recorded once as a plain CUDA graph and
+// the graph is launched `launches` times back to back, over `reps` samples: what an op gets
+// in a decode step replayed as a graph, where the host's launch cost is off the GPU's path
+// (timing eager launches of a 2 us kernel measures the host's launch rate instead). body runs
+// once eagerly first (scratch, cuBLASLt plans), then under stream capture: it may enqueue
+// device work only (no host copies or uploads), else the capture fails with the CUDA error.
+double time_graph_launches(const Context& ctx, const std::function<void()>& body, int launches = 20, int reps = 5);
 
 // y[M,N] (f32) = x[M,K] w[N,K]^T through one cublasLtMatmul per run(), x and w of one type
 // (f32, bf16 or f16; f32 computes in full f32), with the descriptors, workspace and the
