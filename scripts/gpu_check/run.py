@@ -18,6 +18,7 @@ from pathlib import Path
 from .common import *  # noqa: F401,F403
 from .pack import read_models_env, model_note  # noqa: F401
 from .model_parts import stash
+from .handoff import handoff_bench
 
 # ----------------------------------------------------------------------------------------- run
 
@@ -415,6 +416,8 @@ def bench(rep, env, shim, scratch, budget, a, gpu_present):
         results["decode"], failed = decode_runs(rep, env, scratch, budget, a, gpu_present)
         results["_failed"] = results.get("_failed", 0) + failed
     results["bench model"] = bench_model(rep, env, shim, scratch, budget, a, gpu_present)
+    results["handoff"], failed = handoff_bench(rep, env, budget, a, run_logged, help_has)
+    results["_failed"] = results.get("_failed", 0) + (failed if gpu_present else 0)
     return results
 
 
