@@ -27,6 +27,7 @@ struct RunOptions {
   // --max-seqs 0 is refused like --set run.max_seqs=0 rather than silently ignored.
   std::string max_seqs, max_context, sampler_threads, kv_budget, prefill_chunk, device;
   bool swift = false, no_cuda_graphs = false;
+  std::string stage_handoff;  // --stage-handoff (setting comm.stage_handoff)
 };
 
 std::atomic<bool> g_stop{false};
@@ -42,7 +43,8 @@ int run_generate(Session& s, RunOptions& o) {
                                        {"run.prefill_chunk", "--prefill-chunk", o.prefill_chunk},
                                        {"run.device", "--device", o.device},
                                        {"run.swift", "--swift", o.swift ? std::string("true") : std::string()},
-                                 {"run.cuda_graphs", "--no-cuda-graphs", o.no_cuda_graphs ? std::string("false") : std::string()}});
+                                 {"run.cuda_graphs", "--no-cuda-graphs", o.no_cuda_graphs ? std::string("false") : std::string()},
+                                 {"comm.stage_handoff", "--stage-handoff", o.stage_handoff}});
       rc != 0)
     return rc;
   // A synthetic spec is checked here, on every rank, so that a bad one (n=1e14) is a usage
@@ -134,6 +136,9 @@ Action define_run(CLI::App& sub) {
   sub.add_flag("--no-cuda-graphs", o->no_cuda_graphs,
                "Ablation: launch every op of a GPU decode step instead of replaying it as a CUDA graph "
                "(setting run.cuda_graphs)");
+  sub.add_option("--stage-handoff", o->stage_handoff,
+                 "Stage hand-off of the hidden state: auto (CUDA IPC between GPU stages of one host), host, cuda-ipc "
+                 "(setting comm.stage_handoff)");
   sub.add_flag("--swift", o->swift,
                "SWIFT self-speculative decoding for greedy requests: drafts with a learned set of layers skipped, "
                "verifies a token tree in one forward (settings swift.*; docs/swift.md)");

@@ -15,6 +15,7 @@
 #include "layout_flags.hpp"
 #include "trellis/runtime/engine/job.hpp"
 #include "trellis/runtime/engine/live.hpp"
+#include "trellis/runtime/engine/stage_handoff.hpp"
 #include "trellis/runtime/tokenizer/tokenizer.hpp"
 #include "trellis/serve/server.hpp"
 
@@ -27,6 +28,7 @@ struct ServeOptions {
   // Flags that stand for settings, as given (empty: not given); Config::set checks them.
   std::string port, max_seqs, max_context, kv_budget, prefill_chunk, device;
   bool swift = false, no_cuda_graphs = false;
+  std::string stage_handoff;  // --stage-handoff (setting comm.stage_handoff)
 };
 
 std::atomic<bool> g_serve_stop{false};
@@ -42,7 +44,8 @@ int apply_flags(Session& s, const ServeOptions& o) {
                                  {"run.prefill_chunk", "--prefill-chunk", o.prefill_chunk},
                                  {"run.device", "--device", o.device},
                                  {"run.swift", "--swift", o.swift ? std::string("true") : std::string()},
-                                 {"run.cuda_graphs", "--no-cuda-graphs", o.no_cuda_graphs ? std::string("false") : std::string()}});
+                                 {"run.cuda_graphs", "--no-cuda-graphs", o.no_cuda_graphs ? std::string("false") : std::string()},
+                                 {"comm.stage_handoff", "--stage-handoff", o.stage_handoff}});
 }
 
 serve::ServerOptions server_options(const Config& c, const ServeOptions& o) {
@@ -111,9 +114,13 @@ int run_serve(Session& s, ServeOptions& o) {
   // second later, before a drain can finish) but forwards SIGUSR1 as it is: under mpirun,
   // `kill -USR1 <mpirun pid>` is the graceful stop (docs/serve.md).
   std::signal(SIGUSR1, on_serve_signal);
+  const auto handoff = runtime::parse_stage_handoff(s.config.get_string("comm.stage_handoff"),
+                                                    "comm.stage_handoff (--stage-handoff)");
+  runtime::refuse_stage_handoff_early(handoff, g.pp, s.config.get_string("run.device"));  // before loading
   auto job = runtime::prepare_job(s.world(), s.config, g);
   auto& eo = job->eo;
   eo.serving = true;
+  eo.stage_handoff = handoff;
   const Deadline setup = Deadline::after(s.config.get_duration("comm.connect_timeout_ms") * 3);
   std::optional<runtime::Tokenizer> tokenizer;
   std::unique_ptr<serve::TextCodec> codec;
@@ -200,6 +207,9 @@ Action define_serve(CLI::App& sub) {
   sub.add_flag("--no-cuda-graphs", o->no_cuda_graphs,
                "Ablation: launch every op of a GPU decode step instead of replaying it as a CUDA graph "
                "(setting run.cuda_graphs)");
+  sub.add_option("--stage-handoff", o->stage_handoff,
+                 "Stage hand-off of the hidden state: auto (CUDA IPC between GPU stages of one host), host, cuda-ipc "
+                 "(setting comm.stage_handoff)");
   sub.add_flag("--swift", o->swift,
                "SWIFT self-speculative decoding for greedy requests (settings swift.*; docs/swift.md)");
   sub.add_option("--prefill-chunk", o->prefill_chunk,

@@ -13,6 +13,8 @@
 #include "json_output.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/process.hpp"
+#include "trellis/runtime/engine/engine.hpp"
+#include "trellis/runtime/engine/stage_handoff.hpp"
 #include "trellis/topology/discovery.hpp"
 #include "trellis/topology/placement.hpp"
 #include "trellis/transport/selection.hpp"
@@ -112,6 +114,27 @@ void print_text(const topology::Topology& topo, const TopoOptions& o, const topo
   }
 }
 
+// The path each stage boundary's hidden state takes (runtime/engine/stage_handoff.hpp), as
+// `trellis run` would choose it for these ranks: CUDA IPC needs GPU ranks on one host.
+void print_handoffs(Session& s, const topology::Placement& pl) {
+  if (pl.pp < 2) return;
+  runtime::EngineGrid grid;
+  grid.pp = pl.pp;
+  grid.tp = pl.tp;
+  for (int st = 0; st < pl.pp; ++st)
+    for (int k = 0; k < pl.tp; ++k) grid.rank_of.push_back(pl.rank_at(st, k));
+  for (const auto& r : pl.ranks) grid.host_of.push_back(r.host);
+  const auto mode = runtime::parse_stage_handoff(s.config.get_string("comm.stage_handoff"), "comm.stage_handoff");
+  std::cout << fmt::format("\nstage hand-off (comm.stage_handoff={}, {} ranks):\n", runtime::to_string(mode),
+                           pl.kind == topology::RankKind::kGpu ? "GPU" : "CPU");
+  try {
+    for (const auto& h : runtime::plan_stage_handoffs(grid, mode, pl.kind == topology::RankKind::kGpu))
+      std::cout << "  " << h.describe() << "\n";
+  } catch (const Error& e) {
+    std::cout << "  refused: " << e.what() << "\n";
+  }
+}
+
 int run_topo(Session& s, TopoOptions o) {
   if (!o.files.empty() && !o.synthetic.empty())
     throw_error(ErrorCode::kInvalidArgument, "--topo-file and --synthetic exclude each other");
@@ -146,6 +169,7 @@ int run_topo(Session& s, TopoOptions o) {
         o.no_nvlink || s.config.get_bool("comm.no_nvlink"));
     std::cout << fmt::format("\nbackends (--transport {}):\n", policy.describe())
               << transport::format_link_plan(transport::plan_links(*pl, policy));
+    print_handoffs(s, *pl);
   }
   return 0;
 }

@@ -42,6 +42,10 @@ constexpr std::array kCommands = {
                 "Point-to-point per link backend, all-reduce per algorithm and stage streaming, "
                 "beside ucx_perftest, MPI_Allreduce and gloo; writes the planner's calibration file",
                 &define_bench_comm},
+    CommandSpec{"bench handoff",
+                "Stage hand-off through CUDA IPC between two ranks of one host vs a device-to-device cudaMemcpy "
+                "of the same bytes (GPU builds; mpirun -np 2)",
+                &define_bench_handoff},
     CommandSpec{"bench kernels",
                 "Time kernels: prefill GEMM vs OpenBLAS (cpu) or cuBLASLt (cuda), decode GEMV vs memory bandwidth",
                 &define_bench_kernels},

@@ -40,6 +40,7 @@ Action define_make_model(CLI::App& sub);
 Action define_model_logits(CLI::App& sub);
 Action define_bench_model(CLI::App& sub);
 Action define_bench_comm(CLI::App& sub);
+Action define_bench_handoff(CLI::App& sub);
 Action define_bench_kernels(CLI::App& sub);
 Action define_topo(CLI::App& sub);
 Action define_plan(CLI::App& sub);

@@ -128,6 +128,11 @@ constexpr std::array kSettings = {
                 "Stage-to-stage streaming: aware (schema once, raw bytes after) or baseline (size, "
                 "metadata blob, then each tensor, every iteration)",
                 "TRELLIS_STREAM_MODE"},
+    SettingSpec{"comm.stage_handoff", T::kString, "auto",
+                "Stage hand-off of the hidden state: auto (CUDA IPC between CUDA stages of one host, the host path "
+                "elsewhere), host (device -> host, the link, host -> device), cuda-ipc (refused where it cannot be: "
+                "a CPU stage, different hosts, a build without CUDA)",
+                "TRELLIS_STAGE_HANDOFF"},
     SettingSpec{"bench.iters", T::kInt, "200", "Timed iterations per point in `trellis bench`",
                 "TRELLIS_BENCH_ITERS",
                 1, 10000000},

@@ -64,7 +64,12 @@ void Engine::cpu_executor() {
 }
 
 void Engine::post_ahead() {
-  if (!receiver_) return;
+  if (!receiver_) {
+    // The CUDA IPC receiver knows the rows from the input itself; nothing is posted ahead.
+    while (rows_ahead_.try_pop()) {
+    }
+    return;
+  }
   while (posted_ < received_ + 2) {
     auto rows = rows_ahead_.try_pop();
     if (!rows) return;
@@ -73,11 +78,60 @@ void Engine::post_ahead() {
   }
 }
 
+void Engine::connect_device_handoffs() {
+  const HandoffWait wait = [this](transport::Request& r, Deadline d, const std::string& what) {
+    wait_request(r, d, failed_, what);
+  };
+  const bool required = opt_.stage_handoff == StageHandoff::kCudaIpc;
+  // Slots for the largest iteration: a prefill of max_iteration_tokens or a decode step of
+  // every sequence of a group.
+  const std::size_t max_bytes =
+      static_cast<std::size_t>(std::max(opt_.scheduler.max_iteration_tokens, opt_.scheduler.max_seqs_per_group)) *
+      static_cast<std::size_t>(stage_.hidden_size()) * sizeof(float);
+  for (const auto& p : handoffs_) {
+    if (!p.cuda_ipc || (p.to != rank_ && p.from != rank_)) continue;
+    std::string why;
+    if (p.to == rank_) {
+      ipc_in_ = CudaIpcReceiver::connect({&links_.link(p.from), rank_, stage_.cuda_gpu(), max_bytes, required, wait},
+                                         deadline(), &why);
+    } else {
+      ipc_out_ = CudaIpcSender::connect({&links_.link(p.to), rank_, stage_.cuda_gpu(), max_bytes, required, wait},
+                                        deadline(), &why);
+      // Both sides fall back together (the set-up exchange told both); the sender says so.
+      if (!ipc_out_) spdlog::warn("stage hand-off {} -> {} (rank {} -> rank {}): host (CUDA IPC set-up failed: {})",
+                                  p.stage, p.stage + 1, p.from, p.to, why);
+    }
+  }
+  stage_.set_device_hidden_io(ipc_in_ != nullptr, ipc_out_ != nullptr);
+}
+
+void Engine::finish_device_handoffs() {
+  if (ipc_out_) {
+    ipc_out_->finish(stage_.cuda_stream(), deadline());
+    // What ran, not what was planned (rank 0's plan lines): runtime_gpu_run checks it.
+    spdlog::info("rank {}: stage hand-off to rank {}: {} iterations through CUDA IPC", rank_,
+                 grid_.rank_at(stage_idx_ + 1, k_), ipc_out_->sent());
+  }
+  if (ipc_in_) ipc_in_->finish(stage_.cuda_stream(), deadline());
+}
+
 void Engine::forward_executor() {
   const int H = stage_.hidden_size();
   const auto mode = opt_.sat ? transport::StreamMode::kStructureAware : transport::StreamMode::kBaseline;
-  if (!first_) receiver_ = std::make_unique<transport::StageReceiver>(links_.link(grid_.rank_at(stage_idx_ - 1, k_)), mode);
-  if (!last_) sender_ = std::make_unique<transport::StageSender>(links_.link(grid_.rank_at(stage_idx_ + 1, k_)), mode);
+  // The stage outlives this engine (it ran the warm-up before): its hidden state goes back to
+  // host memory at its boundaries whichever way this ends.
+  struct HostIo {
+    StageCompute& st;
+    ~HostIo() {
+      if (st.cuda_gpu() >= 0) st.set_device_hidden_io(false, false);
+    }
+  } host_io{stage_};
+  connect_device_handoffs();
+  if (!first_ && !ipc_in_)
+    receiver_ = std::make_unique<transport::StageReceiver>(links_.link(grid_.rank_at(stage_idx_ - 1, k_)), mode);
+  if (!last_ && !ipc_out_)
+    sender_ = std::make_unique<transport::StageSender>(links_.link(grid_.rank_at(stage_idx_ + 1, k_)), mode);
+  const std::size_t row_bytes = static_cast<std::size_t>(H) * sizeof(float);
   const transport::TensorSpec spec{"hidden", "f32", static_cast<std::size_t>(H) * sizeof(float)};
   std::vector<float> x[2];
   transport::RequestPtr sends[2];
@@ -119,6 +173,11 @@ void Engine::forward_executor() {
                     rank_, in->iteration, grid_.rank_at(stage_idx_ - 1, k_),
                     views.empty() ? 0 : views[0].data.size(), buf.size() * sizeof(float));
       std::memcpy(buf.data(), views[0].data.data(), views[0].data.size());
+    } else if (ipc_in_) {
+      Tracer::Span span(trace_, Lane::kForward, TraceCat::kRecv, "recv hidden", in->iteration,
+                        grid_.rank_at(stage_idx_ - 1, k_));
+      ipc_in_->receive(stage_.device_hidden(in->n_tokens()), static_cast<std::size_t>(in->n_tokens()) * row_bytes,
+                       stage_.cuda_stream(), deadline());
     }
     {
       Tracer::Span span(trace_, Lane::kForward, TraceCat::kForward, "forward", in->iteration);
@@ -131,6 +190,11 @@ void Engine::forward_executor() {
       transport::TensorRef ref{spec, buf.data()};
       sends[it & 1] = sender_->send(std::span(&ref, 1), static_cast<std::size_t>(in->n_tokens()));
       if (!opt_.sat) wait_request(*sends[it & 1], deadline(), failed_, fmt::format("rank {}: hidden-state send", rank_));
+    } else if (ipc_out_) {
+      Tracer::Span span(trace_, Lane::kForward, TraceCat::kSend, "send hidden", in->iteration,
+                        grid_.rank_at(stage_idx_ + 1, k_));
+      ipc_out_->send(stage_.device_hidden(in->n_tokens()), static_cast<std::size_t>(in->n_tokens()) * row_bytes,
+                     stage_.cuda_stream(), deadline());
     } else {
       last_stage_output(*in, buf.data(), it);
     }
@@ -139,6 +203,7 @@ void Engine::forward_executor() {
     if (failed_.failed) break;
   }
   if (!failed_.failed) finish_pending_logits();
+  if (!failed_.failed) finish_device_handoffs();
   if (stats_out && !failed_.failed) stats_out->send_last(deadline(), failed_);
   for (auto& r : sends)
     if (r) wait_request(*r, deadline(), failed_, fmt::format("rank {}: hidden-state send", rank_));

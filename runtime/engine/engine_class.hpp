@@ -47,6 +47,12 @@ class Engine {
                   stage.vocab_begin(), stage.vocab_end(), vb, ve);
     // The producer of this host's ring creates it before any thread starts; consumers wait
     // for it to appear (bounded by the deadline).
+    // The device choice is one for the whole job (prepare_job), so this rank's stage tells
+    // every boundary's: all ranks compute the same plan, and a cuda-ipc that cannot be is
+    // refused on every rank alike, before any thread starts.
+    handoffs_ = plan_stage_handoffs(grid, opt.stage_handoff, stage.cuda_gpu() >= 0);
+    if (rank == 0)
+      for (const auto& p : handoffs_) spdlog::info("{}", p.describe());
     if (rank == leader_)
       ring_out_ = ShmRing::create(ring_name(opt, leader_, host_), opt.ring_slots, opt.ring_slot_bytes,
                                   static_cast<std::uint32_t>(host_ranks_));
@@ -98,6 +104,11 @@ class Engine {
   void publish(const ScheduleOutput& s, std::vector<transport::RequestPtr>& pending,
                std::vector<std::vector<std::byte>>& bufs);
   void post_ahead();
+  // CUDA IPC set-up of this rank's boundaries that the plan gives it (upstream first, so the
+  // set-ups complete in a chain from stage 0), and their orderly end after the last
+  // iteration (the sender closes its handles before the receiver frees).
+  void connect_device_handoffs();
+  void finish_device_handoffs();
   template <typename F>
   std::thread spawn(const char* name, F f) {
     return std::thread([this, name, f] {
@@ -132,6 +143,9 @@ class Engine {
   Queue<TokensMsg> tokens_q_;  // sampler -> scheduler (same rank)
   std::unique_ptr<transport::StageReceiver> receiver_;
   std::unique_ptr<transport::StageSender> sender_;
+  std::vector<HandoffPlan> handoffs_;             // every boundary of the grid
+  std::unique_ptr<CudaIpcReceiver> ipc_in_;      // from the previous stage, on the device
+  std::unique_ptr<CudaIpcSender> ipc_out_;       // to the next stage, on the device
   std::unique_ptr<SamplerStage> inline_sampler_;
   std::uint64_t posted_ = 0, received_ = 0;
   std::vector<float> lrows_;

@@ -18,6 +18,7 @@
 #include "trellis/core/error.hpp"
 #include "trellis/runtime/engine/engine.hpp"
 #include "trellis/runtime/engine/job.hpp"
+#include "trellis/runtime/engine/stage_handoff.hpp"
 #include "trellis/runtime/tokenizer/tokenizer.hpp"
 #include "trellis/runtime/workload/workload.hpp"
 
@@ -145,9 +146,13 @@ struct PackedShares {
 
 GenerateReport generate(transport::Bootstrap& world, const Config& config, const GenerateOptions& o) {
   const Deadline setup = Deadline::after(config.get_duration("comm.connect_timeout_ms") * 3);
+  const StageHandoff handoff = parse_stage_handoff(config.get_string("comm.stage_handoff"),
+                                                   "comm.stage_handoff (--stage-handoff)");
+  refuse_stage_handoff_early(handoff, o.pp, config.get_string("run.device"));  // before loading
   auto job = prepare_job(world, config, o);
   auto& eo = job->eo;
   eo.stop = o.stop;
+  eo.stage_handoff = handoff;
   const auto& grid = job->grid;
   const auto& topo = job->topo;
   const auto& cfg = job->cfg;

@@ -48,14 +48,15 @@ class LlamaStage final : public StageCompute {
     if (on_device()) {
       xv = device_buffer(dx_, in.n_tokens(), H);
       dx_rows_ = in.n_tokens();
-      if (!m_.has_embedding()) {
+      // With a device hand-off in, the engine has already enqueued the copy into dx_.
+      if (!m_.has_embedding() && !device_in_) {
         Tracer::Span span(trace, Lane::kForward, TraceCat::kRecv, "hidden to device", in.iteration);
         kernels::copy(m_.context(), host, xv);
       }
     }
     if (!(graphable(in) && graph_forward(in, xv, trace))) eager_layers(in, xv, trace);
-    if (on_device() && !m_.has_lm_head()) {
-      // The next stage's sender reads host memory (stage hand-off through the host for now).
+    if (on_device() && !m_.has_lm_head() && !device_out_) {
+      // The host path of the stage hand-off: the next stage's sender reads host memory.
       Tracer::Span span(trace, Lane::kForward, TraceCat::kSend, "hidden to host", in.iteration);
       kernels::copy(m_.context(), xv, host);
     }
@@ -102,6 +103,17 @@ class LlamaStage final : public StageCompute {
     download_->start(slot & 1, dv);
   }
   const float* finish_logits(int slot) override { return static_cast<const float*>(download_->wait(slot & 1)); }
+
+  int cuda_gpu() const override { return m_.device() == kernels::Device::kCuda ? m_.context().gpu() : -1; }
+  void* cuda_stream() const override { return on_device() ? m_.context().cuda_stream() : nullptr; }
+  void set_device_hidden_io(bool in, bool out) override {
+    device_in_ = in;
+    device_out_ = out;
+  }
+  void* device_hidden(int rows) override {
+    if (!on_device()) return nullptr;
+    return device_buffer(dx_, rows, m_.config().hidden_size).data;
+  }
 
  private:
   // The model's batch description, rebuilt from the prepared input (small integer copies;
@@ -216,6 +228,7 @@ class LlamaStage final : public StageCompute {
   kernels::Tensor dx_, dlogits_[2];  // GPU models: the stage's hidden state and logits (per slot)
   std::unique_ptr<kernels::Download> download_;
   std::int64_t dx_rows_ = -1;
+  bool device_in_ = false, device_out_ = false;  // stage hand-off on the device (set_device_hidden_io)
   std::optional<VariantRunner> runner_;
   Batch batch_;
   std::vector<KvMove> moves_;

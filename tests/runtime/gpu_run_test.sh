@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `trellis run --device cuda` (CUDA graphs on, and --no-cuda-graphs) against `--device cpu`,
-# greedy (label gpu; exit 77 without a GPU). The graph run must say it replayed graphs.
+# greedy (label gpu; exit 77 without a GPU). The graph run must say it replayed graphs. At pp=2
+# the stage boundary must say it uses CUDA IPC (two processes on one GPU), and a run with the
+# host path forced (--stage-handoff host) must give the same tokens.
 #   gpu_run_test.sh TRELLIS MPIEXEC [FLAGS...]
 # Layouts: 1x1, and pp=2 with both ranks sharing GPU 0 (local rank modulo the visible GPUs).
 # * synthetic tiny model (f32 weights: the GPU's matmuls are cuBLASLt f32, logits within ~1e-4):
@@ -59,10 +61,13 @@ for c in "${cases[@]}"; do
   for pp in 1 2; do
     declare -A got=()
     # cuda: decode steps replayed as CUDA graphs (the default); eager: every op launched.
-    for dev in cpu cuda eager; do
+    # host (pp=2): the stage hand-off through host memory, forced.
+    devs=(cpu cuda eager); [ "$pp" = 2 ] && devs+=(host)
+    for dev in "${devs[@]}"; do
       f="$WORK/${name}_${pp}_${dev}.jsonl"
       flags=(--device "$dev")
       [ "$dev" = eager ] && flags=(--device cuda --no-cuda-graphs)
+      [ "$dev" = host ] && flags=(--device cuda --stage-handoff host)
       # shellcheck disable=SC2086
       if run "$pp" run $args --pp "$pp" "${flags[@]}" --max-context 128 --out "$f" > "$WORK/log" 2>&1; then
         got[$dev]=$(tokens_of "$f")
@@ -71,11 +76,23 @@ for c in "${cases[@]}"; do
             ok "$name pp=$pp: $(grep -Eo 'cuda graphs: [0-9]+ captured, [0-9]+ replays' "$WORK/log" | head -1)"
           else bad "$name pp=$pp: the cuda run replayed no CUDA graph"; grep -i "graph" "$WORK/log" | head -3; fi
         fi
+        if [ "$pp" = 2 ] && [ "$dev" != cpu ]; then
+          want="cuda-ipc"; [ "$dev" = host ] && want="host"
+          line=$(grep -o "stage hand-off 0 -> 1 (rank 0 -> rank 1): .*" "$WORK/log" | head -1)
+          if [[ "$line" == *": $want ("* ]]; then ok "$name pp=$pp $dev: $line"
+          else bad "$name pp=$pp $dev: expected the boundary on $want, got '$line'"; grep -i "hand-off" "$WORK/log" | head -3; fi
+          # Planned is not done: the sender (rank 0) counts what went through CUDA IPC.
+          used=$(grep -Eo "rank 0: stage hand-off to rank 1: [0-9]+ iterations through CUDA IPC" "$WORK/log" | head -1)
+          if [ "$want" = cuda-ipc ] && { [ -z "$used" ] || [[ "$used" == *": 0 iterations"* ]]; }; then
+            bad "$name pp=$pp $dev: no iteration went through CUDA IPC"; grep -i "hand-off\|ipc" "$WORK/log" | head -3
+          elif [ "$want" = host ] && [ -n "$used" ]; then bad "$name pp=$pp $dev: CUDA IPC used with the host path forced"
+          elif [ -n "$used" ]; then ok "$name pp=$pp $dev: $used"; fi
+        fi
       else
         bad "$name pp=$pp --device $dev failed"; tail -8 "$WORK/log"
       fi
     done
-    for pair in "cuda cpu" "eager cpu" "cuda eager"; do
+    for pair in "cuda cpu" "eager cpu" "cuda eager" "host cpu" "cuda host"; do
       read -r a b <<<"$pair"
       [ -n "${got[$a]:-}" ] && [ -n "${got[$b]:-}" ] || continue
       if [ "${got[$a]}" = "${got[$b]}" ]; then ok "$name pp=$pp: $a tokens equal $b"

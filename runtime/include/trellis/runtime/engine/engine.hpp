@@ -19,7 +19,8 @@
 //    over the transport into its host's ring (SiPipe's per-host BIC replica, §6).
 // Stage hand-off: transport::StageSender/StageReceiver in structure-aware mode (--sat;
 // receives posted ahead from the batch sizes in the scheduling outputs already read) or the
-// baseline mode (--no-sat).
+// baseline mode (--no-sat); between CUDA stages of one host, CUDA IPC (stage_handoff.hpp:
+// device slots exchanged once, a ready signal per iteration).
 //
 // Errors: a bad request fails alone (Scheduler); a thread that fails stops this rank's
 // engine with its error; every wait is bounded by `deadline` and names the peer waited for.
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "trellis/core/clock.hpp"
+#include "trellis/runtime/engine/stage_handoff.hpp"
 #include "trellis/runtime/scheduler/scheduler.hpp"
 #include "trellis/runtime/trace/trace.hpp"
 #include "trellis/runtime/workload/workload.hpp"
@@ -104,6 +106,23 @@ class StageCompute {
   virtual bool logits_async() const { return false; }
   virtual void start_logits(const StageInput& in, const float* x, int slot);
   virtual const float* finish_logits(int slot);
+  // The device stage hand-off (stage_handoff.hpp). A stage whose hidden state lives on a
+  // CUDA GPU gives the GPU and the cudaStream_t its ops run on; -1 / nullptr: a host stage.
+  virtual int cuda_gpu() const { return -1; }
+  virtual void* cuda_stream() const { return nullptr; }
+  // With `in` set, forward() takes x from device_hidden() (filled by the engine on the stream
+  // before it) instead of from host memory; with `out`, it leaves x there and does not copy it
+  // to host memory. Only called on a stage whose cuda_gpu() >= 0.
+  virtual void set_device_hidden_io(bool in, bool out) {
+    (void)in;
+    (void)out;
+  }
+  // The device buffer of the hidden state, [rows, hidden_size()] f32, grown to `rows` if
+  // needed; forward() of `rows` tokens uses this same buffer.
+  virtual void* device_hidden(int rows) {
+    (void)rows;
+    return nullptr;
+  }
 };
 
 // Where every rank sits. rank_of[stage * tp + k] = world rank; host_of[world rank] = host id.
@@ -126,6 +145,9 @@ struct EngineOptions {
   bool cpu_sampler = true;  // SiPipe §5.1; false: sample inline on the last stage
   bool tsem = true;         // §5.2; false: prepare inputs inline before each forward
   bool sat = true;          // §5.3; false: structure-unaware stage transfers
+  // How each stage boundary hands over the hidden state (comm.stage_handoff): CUDA IPC
+  // between CUDA stages of one host under auto, the host path otherwise (stage_handoff.hpp).
+  StageHandoff stage_handoff = StageHandoff::kAuto;
   int sampler_threads = 2;
   // Logits rows one iteration may have (SWIFT verifies trees and scores drafts: many rows per
   // sequence); at least scheduler.max_seqs_per_group.

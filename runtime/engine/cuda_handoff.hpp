@@ -1,0 +1,70 @@
+// Internal to runtime/engine: the CUDA side of the device stage hand-off (stage_handoff.hpp
+// says what it is for). The protocol over the host link is in stage_handoff.cpp, which knows
+// no CUDA types; these primitives are implemented in cuda_handoff.cpp (CUDA builds) or
+// refused by cuda_handoff_none.cpp ("built without CUDA"). Streams are cudaStream_t passed
+// as void*; every call first makes the object's GPU current (the caller's thread may have
+// another). Errors throw trellis::Error naming the CUDA call, its error and the GPU.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace trellis::runtime::detail {
+
+inline constexpr int kIpcSlots = 2;
+// cudaIpcMemHandle_t and cudaIpcEventHandle_t are 64-byte opaque blobs (CUDA_IPC_HANDLE_SIZE).
+inline constexpr std::size_t kIpcHandleBytes = 64;
+// The exported set: the slots' memory handles, then the "filled" and the "consumed" events.
+inline constexpr std::size_t kIpcExportBytes = kIpcHandleBytes * 3 * kIpcSlots;
+
+bool cuda_ipc_compiled();
+std::string cuda_ipc_missing();  // why not, when not compiled
+
+// The receiver's side: owns the slots and the events, exports their handles.
+class IpcSlots {
+ public:
+  virtual ~IpcSlots() = default;  // frees the slots: only after the opener closed them
+  virtual std::vector<std::byte> export_handles() const = 0;  // kIpcExportBytes
+  virtual std::size_t slot_bytes() const = 0;
+  // On `stream`: wait for `slot`'s "filled" event (recorded by the sender before its ready
+  // signal), copy `bytes` of the slot to `dst` (device memory), record the slot's "consumed".
+  virtual void take(int slot, void* dst, std::size_t bytes, void* stream) = 0;
+};
+std::unique_ptr<IpcSlots> make_ipc_slots(int gpu, std::size_t slot_bytes);
+
+// The sender's side: the peer's slots and events, opened from their handles; closed (the
+// memory handles with cudaIpcCloseMemHandle, the events destroyed) when destroyed.
+class IpcPeerSlots {
+ public:
+  virtual ~IpcPeerSlots() = default;
+  // On `stream`: if `reused`, wait for the slot's "consumed" event (the receiver recorded it
+  // before the credit the caller waited for), copy `bytes` from `src` into the slot, record
+  // its "filled" event.
+  virtual void put(int slot, bool reused, const void* src, std::size_t bytes, void* stream) = 0;
+};
+std::unique_ptr<IpcPeerSlots> open_ipc_slots(int gpu, std::span<const std::byte> handles, std::size_t slot_bytes);
+
+// Waits (host) until everything enqueued on `stream` so far has finished.
+void sync_stream(int gpu, void* stream);
+
+// For `trellis bench handoff`: a device buffer with its own stream.
+class DeviceScratch {
+ public:
+  virtual ~DeviceScratch() = default;
+  virtual void* data() const = 0;
+  virtual void* stream() const = 0;
+  virtual void upload(std::span<const std::byte> host) = 0;  // synchronous
+  virtual void download(std::span<std::byte> host) = 0;      // synchronous
+};
+std::unique_ptr<DeviceScratch> make_device_scratch(int gpu, std::size_t bytes);
+// Medians over `iters` timed copies of `bytes` in this process: a device -> device
+// cudaMemcpyAsync + synchronize, and the host path's device -> host -> device (pinned).
+struct CopyTimes {
+  double d2d_s = 0, via_host_s = 0;
+};
+CopyTimes time_device_copies(int gpu, std::size_t bytes, int iters, int warmup);
+
+}  // namespace trellis::runtime::detail

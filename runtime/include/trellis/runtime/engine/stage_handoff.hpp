@@ -1,0 +1,140 @@
+// How a stage boundary hands the hidden state to the next stage (setting comm.stage_handoff,
+// `--stage-handoff`):
+//  * host: the sending stage copies it to host memory, transport::StageSender streams it over
+//    the neighbours' link, the receiver copies it back onto its device (CPU stages: the only
+//    path, without the copies).
+//  * cuda-ipc (SiPipe §5.3 on one host): the receiving rank preallocates two device slots
+//    (the largest iteration each) and four interprocess events, and hands their CUDA IPC
+//    handles to the sender once at start over the host link. Per iteration the sender copies
+//    its device hidden state into a slot on its compute stream and records the slot's
+//    "filled" event, then sends an 8-byte ready signal (no shapes: the receiver knows the rows
+//    from its own schedule). The receiver's stream waits on that event and copies the slot
+//    into its own hidden state; a "consumed" event and an 8-byte credit back keep the sender
+//    from overwriting a slot before it was read (the argument is in stage_handoff.cpp).
+//  * auto: cuda-ipc where both ranks of a boundary run CUDA stages on one host, host
+//    elsewhere (across hosts, UCX with CUDA memory is not implemented: host path).
+// The CUDA calls live in engine/cuda_handoff.cpp (CUDA builds; engine/cuda_handoff_none.cpp
+// says "built without CUDA" otherwise). Every host wait has a deadline and a failure names
+// the rank, its peer and the link; every IPC handle is closed on every exit path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trellis/core/clock.hpp"
+#include "trellis/transport/link.hpp"
+
+namespace trellis::runtime {
+
+struct EngineGrid;
+
+enum class StageHandoff { kAuto, kHost, kCudaIpc };
+// "auto", "host", "cuda-ipc"; throws kInvalidArgument naming `what` and the valid names.
+StageHandoff parse_stage_handoff(std::string_view name, std::string_view what);
+std::string_view to_string(StageHandoff h);
+
+// Whether this build can use CUDA IPC, and why not ("built without CUDA: ...").
+bool cuda_ipc_built();
+std::string cuda_ipc_why_not();
+
+// The path of one boundary: stage `stage` -> stage + 1 at TP index `k`.
+struct HandoffPlan {
+  int stage = 0, k = 0, from = 0, to = 0;  // world ranks
+  bool cuda_ipc = false;
+  std::string reason;
+  std::string describe() const;  // "stage hand-off 0 -> 1 (rank 0 -> rank 2): cuda-ipc (...)"
+};
+
+// Every boundary of the grid. `cuda_stages`: the job's stages run on CUDA GPUs (one device
+// kind for the whole job, so both sides of a boundary agree). A mode of cuda-ipc that a
+// boundary cannot use throws kUnsupported naming the boundary and why (a CPU stage, ranks on
+// different hosts, a build without CUDA). Deterministic: every rank computes the same plan.
+std::vector<HandoffPlan> plan_stage_handoffs(const EngineGrid& grid, StageHandoff mode, bool cuda_stages);
+
+// Before anything loads: cuda-ipc on a build without CUDA or with run.device=cpu (`device`)
+// can already be refused (pp > 1 only: one stage has no boundary).
+void refuse_stage_handoff_early(StageHandoff mode, int pp, std::string_view device);
+
+// Waits for a request with a deadline, naming `what` on failure (the engine's wait adds its
+// failure flag; the default is Request::wait).
+using HandoffWait = std::function<void(transport::Request&, Deadline, const std::string& what)>;
+
+// One side of a CUDA IPC boundary. connect() runs the set-up exchange over `link` (the host
+// link between the two ranks): the receiver allocates and exports, the sender opens and
+// answers. Both sides return nullptr, together, when the set-up failed and `required` is
+// false (auto falls back to the host path; `why` says what failed); with `required` they
+// throw naming the rank, the peer and the failure.
+class CudaIpcSender {
+ public:
+  struct Setup {
+    transport::Link* link = nullptr;
+    int rank = 0;           // this rank (for messages)
+    int gpu = 0;            // this rank's CUDA device
+    std::size_t bytes = 0;  // the largest hand-off this side will send
+    bool required = false;  // comm.stage_handoff=cuda-ipc
+    HandoffWait wait;       // empty: Request::wait
+  };
+  static std::unique_ptr<CudaIpcSender> connect(const Setup& s, Deadline deadline, std::string* why);
+  ~CudaIpcSender();
+  // Enqueues the copy of `bytes` from device memory `src` into the peer's next slot on
+  // `stream` (a cudaStream_t), then signals it. Waits (host) only for the credit of the
+  // hand-off two before, i.e. until the receiver has enqueued its read of that slot.
+  void send(const void* src, std::size_t bytes, void* stream, Deadline deadline);
+  // After the last send: waits for the outstanding credits and `stream`, closes the IPC
+  // handles, then tells the receiver, which may then free its slots.
+  void finish(void* stream, Deadline deadline);
+  std::size_t sent() const;
+
+  struct Impl;
+
+ private:
+  explicit CudaIpcSender(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class CudaIpcReceiver {
+ public:
+  struct Setup {
+    transport::Link* link = nullptr;
+    int rank = 0;
+    int gpu = 0;
+    std::size_t bytes = 0;  // slot size: the largest hand-off the sender may send
+    bool required = false;
+    HandoffWait wait;
+  };
+  static std::unique_ptr<CudaIpcReceiver> connect(const Setup& s, Deadline deadline, std::string* why);
+  ~CudaIpcReceiver();
+  // Waits (host) for the next ready signal, then enqueues on `stream` the wait for the
+  // slot's "filled" event and the copy of `bytes` into device memory `dst`.
+  void receive(void* dst, std::size_t bytes, void* stream, Deadline deadline);
+  // After the last receive: waits for the sender's end message (its handles are closed),
+  // then frees the slots.
+  void finish(void* stream, Deadline deadline);
+  std::size_t received() const;
+
+  struct Impl;
+
+ private:
+  explicit CudaIpcReceiver(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// `trellis bench handoff`: two ranks of one host on CUDA devices ping-pong `bytes` `iters`
+// times through CUDA IPC hand-offs (rank_in_pair 0 starts), then each times a plain
+// cudaMemcpyAsync device -> device of the same bytes plus a stream synchronize, in the same
+// process. Medians in seconds; throws kUnsupported with the reason without CUDA.
+struct HandoffBench {
+  double handoff_s = 0;   // one hand-off: half a round trip, ready signal and copies included
+  double memcpy_s = 0;    // cudaMemcpyAsync D2D + cudaStreamSynchronize of the same bytes
+  double host_copy_s = 0; // the host path's two copies: device -> host + host -> device
+  bool verified = false;  // the bytes arrived intact
+};
+HandoffBench bench_cuda_handoff(transport::Link& link, int rank, int rank_in_pair, int gpu, std::size_t bytes,
+                                int iters, int warmup, Deadline deadline);
+
+}  // namespace trellis::runtime
