@@ -15,6 +15,7 @@
 #include "trellis/kernels/library.hpp"
 #include "trellis/runtime/build_info.hpp"
 #include "trellis/topology/library.hpp"
+#include "trellis/transport/nccl_group.hpp"
 #include "trellis/transport/libraries.hpp"
 
 namespace trellis::launchers {
@@ -88,6 +89,11 @@ nlohmann::json library_json(const transport::LibraryReport& lib) {
   j["cuda"] = c.built ? nlohmann::json{{"built", true}, {"runtime", c.runtime}, {"driver", c.driver},
                                        {"devices", c.device_count}, {"nccl", c.nccl}, {"note", c.why}}
                       : nlohmann::json{{"built", false}, {"why", c.why}};
+  // How a GPU model's TP all-reduce runs (issue 18): the engine decides per layout at start.
+  j["tp_collectives"] = transport::nccl_group_built()
+                            ? "a GPU model's TP all-reduce: NCCL in GPU memory when every rank of a TP group has its own "
+                              "GPU, else staged through host memory (comm.tp_collectives; the run logs which and why)"
+                            : "a GPU model's TP all-reduce: staged through host memory (no NCCL in this build)";
   // The CUDA kernels (kernels/cuda/) and the GPUs they see; the lines above are transport's
   // view (runtime, driver, NCCL).
   const kernels::CudaKernelsInfo k = kernels::cuda_kernels_info();
@@ -121,6 +127,7 @@ void print_libraries(const nlohmann::json& j) {
                              c["devices"].get<int>(),
                              c["note"].get<std::string>().empty() ? "" : " (" + c["note"].get<std::string>() + ")",
                              c["nccl"].get<std::string>());
+    std::cout << fmt::format("  {:<8} {}\n", "tp-comm", j["tp_collectives"].get<std::string>());
   } else {
     std::cout << fmt::format("  {:<8} not built: {}\n", "cuda", c["why"].get<std::string>());
   }
