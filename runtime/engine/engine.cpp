@@ -166,7 +166,7 @@ void Engine::forward_executor() {
       post_ahead();
       Tracer::Span span(trace_, Lane::kForward, TraceCat::kRecv, "recv hidden", in->iteration,
                         grid_.rank_at(stage_idx_ - 1, k_));
-      const auto& views = receiver_->receive(deadline());
+      const auto& views = receiver_->receive(deadline(), &failed_.failed);
       ++received_;
       if (views.size() != 1 || views[0].data.size() != buf.size() * sizeof(float))
         throw_error(ErrorCode::kCorruptInput, "rank {}: hidden state of iteration {} from rank {} has {} bytes, expected {}",

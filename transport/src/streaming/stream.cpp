@@ -391,14 +391,20 @@ void StageReceiver::finish(Slot& slot) {
   ++stats_.iterations;
 }
 
-const std::vector<TensorView>& StageReceiver::receive(Deadline deadline) {
+const std::vector<TensorView>& StageReceiver::receive(Deadline deadline, const std::atomic<bool>* cancel) {
   if (received_ == posted_)
     throw_error(ErrorCode::kInvalidArgument, "stage stream from rank {}: receive() without a post() of its batch size",
                 link_.peer());
   Slot& slot = *slots_[received_ % slots_.size()];
   if (is_baseline(mode_)) return receive_baseline(slot, deadline);
   // The description is formatted only if the wait times out (not once per iteration).
-  poll_until([&] { return poll_aware(slot); }, deadline, [&] {
+  poll_until([&] {
+    if (cancel && cancel->load(std::memory_order_relaxed))
+      throw_scoped(ErrorScope::kRank, ErrorCode::kPeerFailed,
+                   "stage stream iteration {} from rank {}: given up (this rank already failed)", slot.iteration,
+                   link_.peer());
+    return poll_aware(slot);
+  }, deadline, [&] {
     return fmt::format("stage stream iteration {} from rank {} ({})", slot.iteration, link_.peer(),
                        have_schema_ ? "raw tensors" : "schema");
   });

@@ -34,6 +34,7 @@
 // wait takes a Deadline and names the peer and what was awaited on kTimeout.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -127,8 +128,11 @@ class StageReceiver {
   void post(std::size_t rows);
   // Waits for the oldest posted iteration and returns its tensors, in the sender's order.
   // Throws kTimeout naming the peer and what was missing; kCorruptInput when the sender's
-  // bytes disagree with the announced batch size.
-  const std::vector<TensorView>& receive(Deadline deadline);
+  // bytes disagree with the announced batch size. A set `*cancel` (the caller's "this rank
+  // has already failed") ends a structure-aware wait at once: waiting out the
+  // deadline on a sender that will never send only delays the exit (kPeerFailed, scope kRank:
+  // a symptom of the failure already recorded).
+  const std::vector<TensorView>& receive(Deadline deadline, const std::atomic<bool>* cancel = nullptr);
 
   const StreamStats& stats() const { return stats_; }
   const StreamSchema& schema() const { return schema_; }
