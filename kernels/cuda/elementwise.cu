@@ -39,8 +39,9 @@ __global__ void rms_norm_kernel(Mat x, Mat w, float eps, Mat y) {
   for (std::int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) ss += static_cast<double>(in[i]) * in[i];
   ss = block_sum(ss, partial);
   const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(x.cols) + eps));
-  float* out = static_cast<float*>(y.data) + r * y.ld;
-  for (std::int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) out[i] = __fmul_rn(__fmul_rn(in[i], inv), load_f32(w, 0, i));
+  // y f32, or bf16/f16 for the GEMM after it (rounded here once, as its conversion would).
+  for (std::int64_t i = threadIdx.x; i < x.cols; i += blockDim.x)
+    store_f32(y, r, i, __fmul_rn(__fmul_rn(in[i], inv), load_f32(w, 0, i)));
 }
 
 template <bool kSwiglu>
@@ -50,7 +51,7 @@ __global__ void binary_kernel(Mat a, Mat b, Mat out) {
     float x = static_cast<const float*>(a.data)[r * a.ld + c];
     float u = static_cast<const float*>(b.data)[r * b.ld + c];
     float v = kSwiglu ? __fmul_rn(x / (1.0f + expf(-x)), u) : x + u;
-    static_cast<float*>(out.data)[r * out.ld + c] = v;
+    store_f32(out, r, c, v);  // f32, or bf16/f16 for the GEMM after a SwiGLU
   }
 }
 

@@ -29,15 +29,18 @@ void same_shape(const char* op, const TensorView& a, const TensorView& b) {
 }
 
 bool on_cuda(const Context& ctx) { return ctx.device() == Device::kCuda; }
+bool is_16bit(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
 // The operands of an element-wise out = f(a, b): matrices of one shape, f32, on ctx's device.
 struct Elementwise {
   TensorView a, b, out;
 };
 Elementwise elementwise(const Context& ctx, const char* op, const TensorView& a, const TensorView& b,
-                        const TensorView& out) {
+                        const TensorView& out, bool out_16bit_ok = false) {
   Elementwise e{mat(ctx, op, a), mat(ctx, op, b), mat(ctx, op, out)};
-  for (const auto* v : {&e.a, &e.b, &e.out}) need_f32(op, *v);
+  need_f32(op, e.a);
+  need_f32(op, e.b);
+  if (!(out_16bit_ok && is_16bit(e.out.dtype))) need_f32(op, e.out);
   same_shape(op, e.a, e.b);
   same_shape(op, e.a, e.out);
   return e;
@@ -110,7 +113,7 @@ void add_bias(const Context& ctx, const TensorView& y, const TensorView& bias) {
 void rms_norm(const Context& ctx, const TensorView& x, const TensorView& weight, float eps, const TensorView& y) {
   TensorView a = mat(ctx, "rms_norm", x), w = mat(ctx, "rms_norm", weight), o = mat(ctx, "rms_norm", y);
   need_f32("rms_norm", a);
-  need_f32("rms_norm", o);
+  if (!(on_cuda(ctx) && is_16bit(o.dtype))) need_f32("rms_norm", o);
   same_shape("rms_norm", a, o);
   if (w.rows() != 1 || w.cols() != a.cols())
     throw_error(ErrorCode::kInvalidArgument, "rms_norm: weight {} should be a vector of {}", w.describe(), a.cols());
@@ -120,7 +123,7 @@ void rms_norm(const Context& ctx, const TensorView& x, const TensorView& weight,
 }
 
 void swiglu(const Context& ctx, const TensorView& gate, const TensorView& up, const TensorView& out) {
-  const Elementwise e = elementwise(ctx, "swiglu", gate, up, out);
+  const Elementwise e = elementwise(ctx, "swiglu", gate, up, out, /*out_16bit_ok=*/on_cuda(ctx));
   if (on_cuda(ctx)) return cuda::swiglu(ctx, e.a, e.b, e.out);
   cpu::swiglu(ctx.pool(), e.a, e.b, e.out);
 }

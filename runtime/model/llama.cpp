@@ -90,10 +90,18 @@ LlamaModel::LlamaModel(const CheckpointReader& reader, const ModelConfig& cfg, t
 
 LlamaModel::~LlamaModel() = default;
 
-TensorView LlamaModel::scratch(int which, std::int64_t rows, std::int64_t cols) {
+TensorView LlamaModel::scratch(int which, std::int64_t rows, std::int64_t cols, kernels::DType dtype) {
   kernels::Tensor& t = scratch_[static_cast<std::size_t>(which)];
-  if (t.numel() < rows * cols) t = kernels::Tensor::empty(kernels::DType::kF32, {rows * cols}, device());
-  return TensorView::matrix(t.view().data, kernels::DType::kF32, rows, cols, -1, device());
+  // Slots hold f32 elements; a 16-bit view of the same shape takes half of them.
+  const std::int64_t need = dtype == kernels::DType::kF32 ? rows * cols : (rows * cols + 1) / 2;
+  if (t.numel() < need) t = kernels::Tensor::empty(kernels::DType::kF32, {need}, device());
+  return TensorView::matrix(t.view().data, dtype, rows, cols, -1, device());
+}
+
+kernels::DType LlamaModel::gemm_input(std::int64_t rows, const kernels::Tensor& w) const {
+  const kernels::DType t = w.view().dtype;
+  if (device() == kernels::Device::kCpu || rows <= kernels::kGemvMaxRows || ctx_.batch_invariant()) return kernels::DType::kF32;
+  return t == kernels::DType::kBF16 || t == kernels::DType::kF16 ? t : kernels::DType::kF32;
 }
 
 int LlamaModel::tp_size() const { return tp_.size(); }
@@ -210,7 +218,7 @@ void LlamaModel::attention_partial(int layer, const Batch& batch, const TensorVi
   const Layer& y = layer_ref(layer);
   const std::int64_t T = batch.total_tokens(), qc = tp_layout_.q_cols(cfg_.head_dim),
                      kvc = tp_layout_.kv_cols(cfg_.head_dim);
-  TensorView n = scratch(kNormed, T, cfg_.hidden_size);
+  TensorView n = scratch(kNormed, T, cfg_.hidden_size, gemm_input(T, y.wqkv));
   kernels::rms_norm(ctx_, x, y.in_norm, static_cast<float>(cfg_.rms_norm_eps), n);
   TensorView qkv = scratch(kQkv, T, qc + 2 * kvc);
   kernels::matmul(ctx_, n, y.wqkv, qkv);
@@ -226,13 +234,16 @@ void LlamaModel::attention_partial(int layer, const Batch& batch, const TensorVi
 void LlamaModel::mlp_partial(int layer, const TensorView& x, const TensorView& out) {
   const Layer& y = layer_ref(layer);
   const std::int64_t T = x.rows(), I = tp_layout_.inter;
-  TensorView n = scratch(kNormed, T, cfg_.hidden_size);
+  TensorView n = scratch(kNormed, T, cfg_.hidden_size, gemm_input(T, y.w_gate_up));
   kernels::rms_norm(ctx_, x, y.post_norm, static_cast<float>(cfg_.rms_norm_eps), n);
   TensorView gu = scratch(kGateUp, T, 2 * I);
   kernels::matmul(ctx_, n, y.w_gate_up, gu);
   TensorView g = gu.slice_cols(0, I);
-  kernels::swiglu(ctx_, g, gu.slice_cols(I, I), g);
-  kernels::matmul(ctx_, g, y.w_down, out);
+  const kernels::DType act = gemm_input(T, y.w_down);
+  // In place (f32), or into a slot of its own in the down projection's 16-bit type.
+  TensorView a = act == kernels::DType::kF32 ? g : scratch(kAct16, T, I, act);
+  kernels::swiglu(ctx_, g, gu.slice_cols(I, I), a);
+  kernels::matmul(ctx_, a, y.w_down, out);
 }
 
 void LlamaModel::all_reduce(const TensorView& partial) {

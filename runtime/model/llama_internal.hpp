@@ -15,7 +15,7 @@ struct LlamaModel::Layer {
 };
 
 // Scratch buffer slots (each a grow-only f32 tensor).
-enum ScratchSlot : int { kNormed, kQkv, kAttn, kGateUp, kPartial, kPartial2, kHidden, kSelected, kLogits, kScratchCount };
+enum ScratchSlot : int { kNormed, kQkv, kAttn, kGateUp, kAct16, kPartial, kPartial2, kHidden, kSelected, kLogits, kScratchCount };
 
 kernels::DType to_kernel_dtype(ElemType t);
 

@@ -288,6 +288,31 @@ TEST(Cuda, MatmulTakesSixteenBitActivations) {
   }
 }
 
+// The model's prefill asks rms_norm and swiglu for 16-bit output, which the GEMM after them
+// takes as it is: it must be exactly the f32 result rounded, as matmul's own conversion
+// rounds it (so tokens do not change), and the CPU must keep refusing it.
+TEST(Cuda, NormAndSwigluWriteSixteenBitForTheGemm) {
+  const std::int64_t rows = 17, cols = 520;
+  const std::size_t n = static_cast<std::size_t>(rows * cols);
+  Tensor ad = to_gpu(test::f32_tensor(random_floats(n, 40, 4.0f), rows, cols));
+  Tensor bd = to_gpu(test::f32_tensor(random_floats(n, 41), rows, cols));
+  Tensor wd = to_gpu(store(random_floats(static_cast<std::size_t>(cols), 42), DType::kBF16, 1, cols).tensor);
+  Tensor f32 = Tensor::empty(DType::kF32, {rows, cols}, Device::kCuda);
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    Tensor half = Tensor::empty(t, {rows, cols}, Device::kCuda), want = Tensor::empty(t, {rows, cols}, Device::kCuda);
+    rms_norm(gpu(), ad, wd, 1e-5f, f32);
+    convert(gpu(), f32, want);
+    rms_norm(gpu(), ad, wd, 1e-5f, half);
+    expect_bits(to_host(half), to_host(want), "rms_norm -> " + std::string(to_string(t)));
+    swiglu(gpu(), ad, bd, f32);
+    convert(gpu(), f32, want);
+    swiglu(gpu(), ad, bd, half);
+    expect_bits(to_host(half), to_host(want), "swiglu -> " + std::string(to_string(t)));
+    EXPECT_THROW(rms_norm(cpu(), to_host(ad), to_host(wd), 1e-5f, Tensor::empty(t, {rows, cols})), Error);
+  }
+  EXPECT_THROW(add(gpu(), ad, bd, Tensor::empty(DType::kBF16, {rows, cols}, Device::kCuda)), Error) << "add stays f32";
+}
+
 // f32 -> 16-bit conversion has a vectorised path (columns and leading dimensions multiples
 // of 8, 16-byte aligned rows) and a general one; both round exactly as the CPU does.
 TEST(Cuda, ConvertVectorisedAndGeneralPaths) {

@@ -22,6 +22,10 @@ namespace trellis::kernels {
 
 // Which implementation runs a matmul. kAuto picks by shape and dtype (kernels/README.md says
 // how and why); the others force one, for benchmarks and tests.
+// The most rows matmul's kAuto gives the GEMV (it takes f32 x); more go to a GEMM, which on
+// CUDA takes x in the weight's 16-bit type as it is.
+inline constexpr std::int64_t kGemvMaxRows = 8;
+
 enum class MatmulAlgo : std::uint8_t {
   kAuto,
   kGemv,   // memory-bound small-M path (streams the weights once); M <= 8
@@ -61,10 +65,13 @@ void add_bias(const Context& ctx, const TensorView& y, const TensorView& bias);
 // ---- elementwise and normalisation -----------------------------------------------------
 
 // y = x / sqrt(mean(x^2) + eps) * weight, per row. weight: [D] f32, bf16 or f16. y may be x.
+// On CUDA y may also be bf16/f16 (the result rounded once, as a 16-bit GEMM after it would
+// round it: the model's prefill hands it to such a GEMM without a conversion pass).
 void rms_norm(const Context& ctx, const TensorView& x, const TensorView& weight, float eps,
               const TensorView& y);
 
-// out = silu(gate) * up elementwise, silu(g) = g / (1 + exp(-g)). out may be gate or up.
+// out = silu(gate) * up elementwise, silu(g) = g / (1 + exp(-g)). out may be gate or up. On
+// CUDA out may also be bf16/f16 (rounded once; see rms_norm).
 void swiglu(const Context& ctx, const TensorView& gate, const TensorView& up,
             const TensorView& out);
 

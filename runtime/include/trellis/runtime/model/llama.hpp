@@ -250,7 +250,13 @@ class LlamaModel {
   // Throws (request scope) when a sequence's slot or positions do not fit the KV cache.
   void check_batch(const Batch& batch) const;
   const Layer& layer_ref(int layer) const;
-  kernels::TensorView scratch(int which, std::int64_t rows, std::int64_t cols);
+  kernels::TensorView scratch(int which, std::int64_t rows, std::int64_t cols,
+                              kernels::DType dtype = kernels::DType::kF32);
+  // The type a norm or SwiGLU writes for the matmul by `w` after it: on a GPU, prefill rows
+  // (more than the GEMV takes) in w's 16-bit type, which cuBLASLt reads as it is (the rounding
+  // its conversion pass did, with one kernel and one pass over the activations fewer); f32
+  // everywhere else.
+  kernels::DType gemm_input(std::int64_t rows, const kernels::Tensor& w) const;
   void attention_core(const Batch& batch, const kernels::TensorView& qkv, int layer,
                       const kernels::TensorView& out);
 
