@@ -30,7 +30,8 @@ void run(CudaState& s, const AttentionDims& dims, const TensorView& q, const std
   AttentionArgs a;
   a.q = static_cast<const float*>(q.data);
   a.ldq = q.row_stride();
-  a.out = static_cast<float*>(out.data);
+  a.out = out.data;
+  a.out_type = static_cast<Elem>(out.dtype);
   a.ldo = out.row_stride();
   a.rows = q.rows();
   for (const KvRef& r : refs) a.max_length = std::max(a.max_length, r.length);

@@ -35,6 +35,13 @@ __host__ __device__ int head_chunks(const AttentionArgs& a) {
 }
 
 // kE: head_dim elements per lane (head_dim <= 32 * kE). CT: float (f32 cache) or uint16 (bf16).
+// The output row r, column c: f32, or rounded once to bf16/f16 for the o-projection GEMM after
+// it (the rounding its conversion pass would do).
+__device__ __forceinline__ void store_out(const AttentionArgs& a, std::int64_t r, std::int64_t c, float v) {
+  const Mat m{a.out, a.out_type, a.rows, 0, a.ldo};
+  store_f32(m, r, c, v);
+}
+
 template <typename CT, int kE>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a, int splits, float* partial) {
   __shared__ float s_m[kWarps][kMaxQ], s_l[kWarps][kMaxQ];
@@ -114,7 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a,
     }
     const int h = h0 + i;
     if (splits == 1) {
-      a.out[r * a.ldo + static_cast<std::int64_t>(h) * D + d] = sum_a / sum_l;
+      store_out(a, r, static_cast<std::int64_t>(h) * D + d, sum_a / sum_l);
     } else {
       float* p = partial + ((r * a.n_heads + h) * splits + blockIdx.y) * (D + 2);
       if (d == 0) {
@@ -142,7 +149,7 @@ __global__ void merge_kernel(AttentionArgs a, int splits, const float* partial) 
       sum_l += f * p[1];
       sum_a += f * p[2 + d];
     }
-    a.out[r * a.ldo + static_cast<std::int64_t>(h) * D + d] = sum_a / sum_l;
+    store_out(a, r, static_cast<std::int64_t>(h) * D + d, sum_a / sum_l);
   }
 }
 

@@ -22,9 +22,10 @@ struct Mat {
 };
 
 // Each .cu file's kernels, loaded now (cudaFuncGetAttributes on every instantiation). CUDA
-// loads a kernel lazily at its first launch by default; a kernel whose first launch was
-// inside a stream capture crashed the driver in cuGraphLaunch (H200, driver 580.159), so a
-// context loads them all when it is made (runtime.cpp create_state), before any capture.
+// loads a kernel lazily at its first launch by default; a context loads them all when it is
+// made (runtime.cpp create_state), so that no capture is the first use of a kernel. (This was
+// first suspected of a crash in cuGraphLaunch; the cause was a reallocation at the same
+// address, docs/gpu-runs/README.md run 8, but loading up front keeps captures predictable.)
 cudaError_t load_elementwise_kernels();
 cudaError_t load_matmul_kernels();
 cudaError_t load_attention_kernels();
@@ -67,7 +68,8 @@ struct KvRef {
 struct AttentionArgs {
   const float* q = nullptr;  // [rows, n_heads * head_dim], row stride ldq
   std::int64_t ldq = 0;
-  float* out = nullptr;      // same shape, row stride ldo
+  void* out = nullptr;       // same shape, row stride ldo (elements of out_type)
+  Elem out_type = Elem::kF32;  // kF32, or kBF16/kF16 for the GEMM after it
   std::int64_t ldo = 0;
   const KvRef* kv = nullptr;  // device array, one per query row
   std::int64_t rows = 0;

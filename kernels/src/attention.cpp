@@ -33,11 +33,14 @@ void check_kv(const Context& ctx, const char* op, const KvView& kv, const Attent
     throw_error(ErrorCode::kUnsupported, "{}: f16 KV caches are not supported (use f32 or bf16)", op);
 }
 
-TensorView f32_rows(const Context& ctx, const char* op, const TensorView& v, std::int64_t cols, const char* what) {
+TensorView f32_rows(const Context& ctx, const char* op, const TensorView& v, std::int64_t cols, const char* what,
+                    bool cuda_16bit_ok = false) {
   ctx.check_device(op, v);
   TensorView m = v.as_matrix();
-  if (m.dtype != DType::kF32 || m.cols() != cols)
-    throw_error(ErrorCode::kInvalidArgument, "{}: {} {} should be f32 with {} columns", op, what, m.describe(), cols);
+  const bool sixteen = cuda_16bit_ok && ctx.device() == Device::kCuda && (m.dtype == DType::kBF16 || m.dtype == DType::kF16);
+  if ((m.dtype != DType::kF32 && !sixteen) || m.cols() != cols)
+    throw_error(ErrorCode::kInvalidArgument, "{}: {} {} should be f32{} with {} columns", op, what, m.describe(),
+                cuda_16bit_ok ? " (or bf16/f16 on CUDA)" : "", cols);
   return m;
 }
 
@@ -67,7 +70,7 @@ void attention_prefill(const Context& ctx, const AttentionDims& dims, const Tens
   check_kv(ctx, op, kv, &dims, dims.n_kv_heads, dims.head_dim);
   std::int64_t width = static_cast<std::int64_t>(dims.n_heads) * dims.head_dim;
   TensorView qm = f32_rows(ctx, op, q, width, "queries");
-  TensorView om = f32_rows(ctx, op, out, width, "output");
+  TensorView om = f32_rows(ctx, op, out, width, "output", /*cuda_16bit_ok=*/true);
   if (qm.rows() != om.rows())
     throw_error(ErrorCode::kInvalidArgument, "{}: {} queries but output {} has {} rows", op, qm.rows(), om.describe(), om.rows());
   if (start_pos < 0 || start_pos + qm.rows() > kv.capacity())
@@ -84,7 +87,7 @@ void attention_decode(const Context& ctx, const AttentionDims& dims, const Tenso
   check_dims(op, dims);
   std::int64_t width = static_cast<std::int64_t>(dims.n_heads) * dims.head_dim;
   TensorView qm = f32_rows(ctx, op, q, width, "queries");
-  TensorView om = f32_rows(ctx, op, out, width, "output");
+  TensorView om = f32_rows(ctx, op, out, width, "output", /*cuda_16bit_ok=*/true);
   auto batch = static_cast<std::size_t>(qm.rows());
   if (om.rows() != qm.rows() || kv.size() != batch || lengths.size() != batch)
     throw_error(ErrorCode::kInvalidArgument, "{}: {} queries, {} output rows, {} KV views and {} lengths must agree", op,
@@ -111,7 +114,7 @@ void attention_tree(const Context& ctx, const AttentionDims& dims, const TensorV
   check_kv(ctx, op, kv, &dims, dims.n_kv_heads, dims.head_dim);
   std::int64_t width = static_cast<std::int64_t>(dims.n_heads) * dims.head_dim;
   TensorView qm = f32_rows(ctx, op, q, width, "queries");
-  TensorView om = f32_rows(ctx, op, out, width, "output");
+  TensorView om = f32_rows(ctx, op, out, width, "output", /*cuda_16bit_ok=*/true);
   const std::int64_t t_count = qm.rows();
   if (om.rows() != t_count)
     throw_error(ErrorCode::kInvalidArgument, "{}: {} queries but output {} has {} rows", op, t_count, om.describe(),

@@ -226,7 +226,7 @@ void LlamaModel::attention_partial(int layer, const Batch& batch, const TensorVi
   positions_ = batch.positions();
   kernels::apply_rope(ctx_, rope_, qkv.slice_cols(0, qc), tp_layout_.heads, positions_);
   kernels::apply_rope(ctx_, rope_, qkv.slice_cols(qc, kvc), tp_layout_.kv_heads, positions_);
-  TensorView attn = scratch(kAttn, T, qc);
+  TensorView attn = scratch(kAttn, T, qc, gemm_input(T, y.wo));
   attention_core(batch, qkv, layer, attn);
   kernels::matmul(ctx_, attn, y.wo, out);
 }

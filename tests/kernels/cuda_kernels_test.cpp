@@ -514,6 +514,11 @@ TEST_P(CudaAttention, PrefillChunksThenDecode) {
       attention_prefill(cpu(), dims, q, hc.view(0, b), start, o);
       attention_prefill(gpu(), dims, to_gpu(q), dc.view(0, b), start, od);
       expect_near(to_host(od), o, 2e-5, 1e-4, "prefill chunk at " + std::to_string(start));
+      // A 16-bit output (the model's prefill, for the o-projection GEMM): the f32 result rounded.
+      Tensor o16 = Tensor::empty(DType::kBF16, {t, qw}, Device::kCuda), want16 = Tensor::empty(DType::kBF16, {t, qw}, Device::kCuda);
+      attention_prefill(gpu(), dims, to_gpu(q), dc.view(0, b), start, o16);
+      convert(gpu(), od, want16);
+      expect_bits(to_host(o16), to_host(want16), "bf16 prefill output at " + std::to_string(start));
       start += t;
     }
   }

@@ -44,7 +44,8 @@ void kv_write(const Context& ctx, const KvView& kv, const TensorView& k_new,
 // Prefill (or a chunk of it) for one sequence: q is [T, n_heads * head_dim] for positions
 // [start_pos, start_pos + T); the cache must already hold positions [0, start_pos + T) (call
 // kv_write first). Query t attends to keys 0..start_pos + t. out: [T, n_heads * head_dim].
-// out may not alias q.
+// out may not alias q. On CUDA out may be bf16/f16 (each value rounded once, for the
+// o-projection GEMM after it, which then takes it as it is); f32 elsewhere.
 void attention_prefill(const Context& ctx, const AttentionDims& dims, const TensorView& q,
                        const KvView& kv, std::int64_t start_pos, const TensorView& out);
 
