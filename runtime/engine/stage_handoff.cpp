@@ -416,9 +416,19 @@ HandoffBench bench_cuda_handoff(transport::Link& link, int rank, int rank_in_pai
   b.verified = back == pattern;
   std::sort(trips.begin(), trips.end());
   if (!trips.empty()) b.handoff_s = trips[trips.size() / 2] / 2;
-  const auto copies = detail::time_device_copies(gpu, bytes, iters, warmup);
-  b.memcpy_s = copies.d2d_s;
-  b.host_copy_s = copies.via_host_s;
+  // The baseline copies run on rank 0 alone, after rank 1 said it is done with the GPU: two
+  // processes issuing work to one GPU at once are time-sliced by it (no MPS), which made the
+  // first measurement of a 16 KB device-to-device copy 274 us (docs/gpu-runs/2026-11-27-h200-10).
+  std::byte token{1};
+  constexpr std::uint32_t kIdleTag = 0x7e57u;
+  if (rank_in_pair == 0) {
+    link.irecv({&token, 1}, kIdleTag)->wait(deadline);
+    const auto copies = detail::time_device_copies(gpu, bytes, iters, warmup);
+    b.memcpy_s = copies.d2d_s;
+    b.host_copy_s = copies.via_host_s;
+  } else {
+    link.isend({&token, 1}, kIdleTag)->wait(deadline);
+  }
   return b;
 }
 

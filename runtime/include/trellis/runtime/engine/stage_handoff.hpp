@@ -130,7 +130,8 @@ class CudaIpcReceiver {
 // process. Medians in seconds; throws kUnsupported with the reason without CUDA.
 struct HandoffBench {
   double handoff_s = 0;   // one hand-off: half a round trip, ready signal and copies included
-  double memcpy_s = 0;    // cudaMemcpyAsync D2D + cudaStreamSynchronize of the same bytes
+  double memcpy_s = 0;    // cudaMemcpyAsync D2D + cudaStreamSynchronize of the same bytes (rank 0 only, the
+                          // other process idle)
   double host_copy_s = 0; // the host path's two copies: device -> host + host -> device
   bool verified = false;  // the bytes arrived intact
 };
