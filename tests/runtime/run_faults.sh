@@ -121,8 +121,11 @@ done
 # line is written and flushed as it ends, not when the run ends, and rank 0 says how many
 # it wrote. --enable-recovery keeps rank 0 alive to say so (plain mpirun kills it at once).
 : > "$W/log"  # now, not in the launched child: wait_started must not see the last run's log
+# 200000 requests of 8 + 48 tokens: minutes of work, so the run cannot end before the kill
+# lands (with out=8 it took ~40 s on an idle 2-core machine, and one CI rehearsal under load
+# saw rank 0 finish the run and fail only in the collectives after it, with nothing to report).
 "${MPI[@]}" -np 4 --enable-recovery "$T" --set comm.allow_mpi_recovery=true --set comm.deadline_ms=5000 run --pp 2 --tp 2 \
-  --workload n=200000,in=8,out=8 --max-context 64 --out "$W/out.jsonl" > "$W/log" 2>&1 &
+  --workload n=200000,in=8,out=48 --max-context 64 --out "$W/out.jsonl" > "$W/log" 2>&1 &
 PID=$!
 wait_started || fail "the run did not start"
 lines() { if [ -f "$W/out.jsonl" ]; then wc -l < "$W/out.jsonl"; else echo 0; fi; }
@@ -142,7 +145,7 @@ n=$(lines)
 import json, sys
 for line in open(sys.argv[1]):
     j = json.loads(line)
-    assert j["status"] == "ok" and len(j["tokens"]) == 8, line
+    assert j["status"] == "ok" and len(j["tokens"]) == 48, line
 PY
 echo "ok: rank 3 killed after $n answers -> all $n are in --out, and rank 0 said so"
 
