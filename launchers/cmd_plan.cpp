@@ -46,7 +46,8 @@ nlohmann::json candidate_json(const sim::Candidate& c) {
                       {"microbatches", c.layout.microbatches}, {"prefill_chunk", c.layout.prefill_chunk},
                       {"variant", sim::to_string(c.layout.variant)},
                       {"precision", sim::to_string(c.precision)}, {"ep", c.layout.ep}, {"batch", c.batch}, {"feasible", p.feasible},
-                      {"needs_trained_model", c.needs_trained_model}};
+                      {"needs_trained_model", c.needs_trained_model},
+                      {"layers_per_stage", p.layers_per_stage}};
   if (!p.feasible) {
     j["reason"] = p.reason;
     if (c.miss > 0) j["miss"] = c.miss;
@@ -431,6 +432,11 @@ Action define_plan(CLI::App& sub) {
                  "run/serve --prefill-chunk C)");
   sub.add_option("--top", o->top, "Rows to print")->capture_default_str()->check(CLI::PositiveNumber);
   sub.add_flag("--no-sipipe", o->no_sipipe, "Model a pipeline without SiPipe's CPU sampling, token-safe inputs and SAT");
+  sub.add_option("--layer-split", o->layer_split,
+                 "Layers per stage as trellis run would split them: even (its default) or auto (the last stage "
+                 "takes fewer layers for its LM head; the launch line then says --layer-split auto)")
+      ->check(CLI::IsMember({"even", "auto"}))
+      ->capture_default_str();
   sub.add_flag("--no-nvlink", o->no_nvlink, "Treat NVLink as absent (interconnect study)");
   sub.add_option("--expert-imbalance", o->expert_imbalance,
                  "MoE models: routed tokens on the busiest expert-parallel rank over the mean (>= 1; an assumption, "

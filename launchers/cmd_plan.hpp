@@ -36,6 +36,7 @@ struct PlanOptions {
   double expert_imbalance = sim::kDefaultExpertImbalance;  // --expert-imbalance
   int prompt_len = 1024, gen_len = 512, top = 10, ranks_per_host = 0;
   bool json = false, no_sipipe = false, no_nvlink = false, no_replicas = false;
+  std::string layer_split = "even";  // --layer-split: even or auto (trellis run's setting)
   // --swift, and --swift-m/--swift-alpha/--swift-r as given (empty: not given; any of them
   // turns the SWIFT estimate on, the others keep sim/swift_estimate.hpp's defaults).
   bool swift = false;

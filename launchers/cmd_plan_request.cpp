@@ -199,6 +199,7 @@ sim::PlanRequest build_request(const PlanOptions& o, std::optional<sim::Calibrat
   if (o.slo_ttft_ms > 0) r.slo_ttft_s = o.slo_ttft_ms * 1e-3;
   else if (o.slo_ttft_ms < 0 && defaults) r.slo_ttft_s = sim::kDefaultSloTtftS;
   if (o.no_sipipe) r.techniques = sim::PipelineTechniques{false, false, false};
+  r.head_aware_split = o.layer_split == "auto";
   if (o.sim_model == "appendix") r.kind = sim::ModelKind::kAppendix;
   else if (o.sim_model != "refined")
     throw_error(ErrorCode::kInvalidArgument, "--sim-model '{}': valid: refined, appendix", o.sim_model);

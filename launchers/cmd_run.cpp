@@ -28,6 +28,7 @@ struct RunOptions {
   std::string max_seqs, max_context, sampler_threads, kv_budget, prefill_chunk, device;
   bool swift = false, no_cuda_graphs = false;
   std::string stage_handoff;  // --stage-handoff (setting comm.stage_handoff)
+  std::string layer_split;    // --layer-split (setting run.layer_split)
 };
 
 std::atomic<bool> g_stop{false};
@@ -44,7 +45,8 @@ int run_generate(Session& s, RunOptions& o) {
                                        {"run.device", "--device", o.device},
                                        {"run.swift", "--swift", o.swift ? std::string("true") : std::string()},
                                  {"run.cuda_graphs", "--no-cuda-graphs", o.no_cuda_graphs ? std::string("false") : std::string()},
-                                 {"comm.stage_handoff", "--stage-handoff", o.stage_handoff}});
+                                 {"comm.stage_handoff", "--stage-handoff", o.stage_handoff},
+                                 {"run.layer_split", "--layer-split", o.layer_split}});
       rc != 0)
     return rc;
   // A synthetic spec is checked here, on every rank, so that a bad one (n=1e14) is a usage
@@ -139,6 +141,9 @@ Action define_run(CLI::App& sub) {
   sub.add_option("--stage-handoff", o->stage_handoff,
                  "Stage hand-off of the hidden state: auto (CUDA IPC between GPU stages of one host), host, cuda-ipc "
                  "(setting comm.stage_handoff)");
+  sub.add_option("--layer-split", o->layer_split,
+                 "Decoder layers per pipeline stage: even (default), auto (the last stage takes fewer, to make up "
+                 "for the LM head it also runs), or one count per stage such as 22,8 (setting run.layer_split)");
   sub.add_flag("--swift", o->swift,
                "SWIFT self-speculative decoding for greedy requests: drafts with a learned set of layers skipped, "
                "verifies a token tree in one forward (settings swift.*; docs/swift.md)");

@@ -29,6 +29,7 @@ struct ServeOptions {
   std::string port, max_seqs, max_context, kv_budget, prefill_chunk, device;
   bool swift = false, no_cuda_graphs = false;
   std::string stage_handoff;  // --stage-handoff (setting comm.stage_handoff)
+  std::string layer_split;    // --layer-split (setting run.layer_split)
 };
 
 std::atomic<bool> g_serve_stop{false};
@@ -45,7 +46,8 @@ int apply_flags(Session& s, const ServeOptions& o) {
                                  {"run.device", "--device", o.device},
                                  {"run.swift", "--swift", o.swift ? std::string("true") : std::string()},
                                  {"run.cuda_graphs", "--no-cuda-graphs", o.no_cuda_graphs ? std::string("false") : std::string()},
-                                 {"comm.stage_handoff", "--stage-handoff", o.stage_handoff}});
+                                 {"comm.stage_handoff", "--stage-handoff", o.stage_handoff},
+                                 {"run.layer_split", "--layer-split", o.layer_split}});
 }
 
 serve::ServerOptions server_options(const Config& c, const ServeOptions& o) {
@@ -210,6 +212,9 @@ Action define_serve(CLI::App& sub) {
   sub.add_option("--stage-handoff", o->stage_handoff,
                  "Stage hand-off of the hidden state: auto (CUDA IPC between GPU stages of one host), host, cuda-ipc "
                  "(setting comm.stage_handoff)");
+  sub.add_option("--layer-split", o->layer_split,
+                 "Decoder layers per pipeline stage: even (default), auto (the last stage takes fewer, to make up "
+                 "for the LM head it also runs), or one count per stage such as 22,8 (setting run.layer_split)");
   sub.add_flag("--swift", o->swift,
                "SWIFT self-speculative decoding for greedy requests (settings swift.*; docs/swift.md)");
   sub.add_option("--prefill-chunk", o->prefill_chunk,

@@ -197,6 +197,13 @@ Action define_topo(CLI::App& sub) {
   sub.add_option("--layers", o->model.layers, "Model layers (placement checks layers >= p)")->capture_default_str();
   sub.add_option("--heads", o->model.heads, "Attention heads (must divide by t)")->capture_default_str();
   sub.add_option("--kv-heads", o->model.kv_heads, "KV heads (GQA; must divide by t)")->capture_default_str();
+  sub.add_option("--head-cost", o->model.head_cost,
+                 "The last stage's LM head in decoder layers (what `trellis run --layer-split auto` weighs it as); "
+                 "0 splits the layers evenly")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  sub.add_option("--layer-split", o->model.split, "Layers per stage as given, one count per stage (e.g. 22,8)")
+      ->delimiter(',');
   sub.footer(std::string(topology::synthetic_grammar()) +
              "\n\nWithout --topo-file or --synthetic, every rank discovers its host with hwloc (and NVML "
              "when present) and rank 0 prints the whole job; under mpirun the placement uses the real ranks.");

@@ -176,6 +176,11 @@ constexpr std::array kSettings = {
                 "not stall them; 0 prefills a whole prompt at once. At most run.max_iteration_tokens",
                 "TRELLIS_RUN_PREFILL_CHUNK",
                 0, kMaxTokens},
+    SettingSpec{"run.layer_split", T::kString, "even",
+                "Decoder layers per pipeline stage: even (the default), auto (the last stage takes fewer "
+                "layers to make up for the LM head it also runs every step, weighed in layers by "
+                "parameters), or a list such as 22,8 (one count per stage, adding up to the layers)",
+                "TRELLIS_RUN_LAYER_SPLIT"},
     SettingSpec{"run.progress_interval_us", T::kInt, "50",
                 "trellis run: microseconds the engine's progress thread sleeps between passes over its links",
                 "TRELLIS_RUN_PROGRESS_INTERVAL_US",

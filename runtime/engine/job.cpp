@@ -3,6 +3,7 @@
 #include "trellis/runtime/engine/job.hpp"
 
 #include <sched.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "trellis/kernels/library.hpp"
 #include "trellis/runtime/checkpoint/reader.hpp"
 #include "trellis/runtime/engine/device.hpp"
+#include "trellis/runtime/engine/layer_split.hpp"
 #include "trellis/runtime/engine/llama_stage.hpp"
 #include "trellis/runtime/engine/warmup.hpp"
 #include "trellis/runtime/model/synthetic.hpp"
@@ -258,7 +260,9 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   const auto& topo = j->topo;
   topology::PlaceOptions popt;
   popt.kind = topology::RankKind::kCpu;
-  j->placement = topology::place({cfg.num_layers, cfg.num_heads, cfg.num_kv_heads}, topo, o.pp, o.tp, popt);
+  j->placement = topology::place(
+      stage_model_shape(*reader, cfg, config.get_string("run.layer_split"), "run.layer_split (--layer-split)"), topo,
+      o.pp, o.tp, popt);
   const auto& pl = j->placement;
   auto& grid = j->grid;
   grid.pp = o.pp;
@@ -335,6 +339,13 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   if (swift.allowed)
     eo.max_logit_rows = sc.max_seqs_per_group * std::max(swift.settings.gamma, swift.max_tree);
   auto layers = pl.layers_per_stage();
+  if (me == 0 && o.pp > 1)
+    spdlog::info("layers per stage {}: {}", fmt::join(layers, "/"),
+                 !pl.model.split.empty() ? std::string("as run.layer_split gives them")
+                 : pl.model.head_cost > 0
+                     ? fmt::format("the last stage's LM head has the parameters of {:.1f} layers "
+                                   "(run.layer_split=auto)", pl.model.head_cost)
+                     : std::string("even (run.layer_split=even; auto would weigh the LM head)"));
   LoadOptions lo;
   lo.first_layer = 0;
   for (int s = 0; s < stage; ++s) lo.first_layer += layers[static_cast<std::size_t>(s)];

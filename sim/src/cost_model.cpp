@@ -12,6 +12,7 @@
 #include "cost_model_internal.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/sim/units.hpp"
+#include "trellis/topology/placement.hpp"
 
 namespace trellis::sim {
 namespace {
@@ -173,7 +174,7 @@ struct StageCost {
   double forward() const { return compute + comm + head + gather + alltoall; }
 };
 
-StageCost stage_cost(const ModelInputs& in, int stage, int n_layers, const StepWork& w) {
+StageCost stage_cost(const ModelInputs& in, int stage, int first, int n_layers, const StepWork& w) {
   const ModelSpec& m = *in.model;
   const int p = in.layout.p, t = in.layout.t;
   const double seqs = w.seqs, tokens = w.tokens;
@@ -181,7 +182,7 @@ StageCost stage_cost(const ModelInputs& in, int stage, int n_layers, const StepW
   StageCost c;
   // MoE layers run the MoE block where dense layers run the MLP; with ep > 1 each MoE layer
   // also sends its tokens to their experts and back (two all-to-alls, not overlapped).
-  const int n_moe = m.moe_layers_in(detail::first_layer_of_stage(m.layers, p, stage), n_layers);
+  const int n_moe = m.moe_layers_in(first, n_layers);
   c.compute = n_layers * lc.attn.time + (n_layers - n_moe) * lc.mlp.time + n_moe * lc.moe.time;
   c.memory_bound = n_layers * lc.attn.memory_bound_time + (n_layers - n_moe) * lc.mlp.memory_bound_time +
                    n_moe * lc.moe.memory_bound_time;
@@ -396,10 +397,25 @@ std::vector<int> layers_per_stage(int layers, int p) {
   return out;
 }
 
+std::vector<int> stage_split(const ModelInputs& in) {
+  const ModelSpec& m = *in.model;
+  const int p = in.layout.p;
+  if (!in.layout.head_aware_split || p < 2 || m.layers < p) return layers_per_stage(m.layers, p);
+  const double per_layer = detail::stage_params_per_rank(in, 0, m.layers) / m.layers;
+  const double head = static_cast<double>(m.vocab) * m.hidden / in.layout.t;
+  return topology::split_layers(m.layers, p, per_layer > 0 ? head / per_layer : 0);
+}
+
 namespace detail {
-double stage_forward(const ModelInputs& in, int stage, int n, const StepWork& w, Breakdown* b, double* send,
-                     double* meta) {
-  const StageCost c = stage_cost(in, stage, n, w);
+int first_layer_of_stage(const std::vector<int>& split, int stage) {
+  int first = 0;
+  for (int s = 0; s < stage; ++s) first += split[static_cast<std::size_t>(s)];
+  return first;
+}
+
+double stage_forward(const ModelInputs& in, int stage, int first, int n, const StepWork& w, Breakdown* b,
+                     double* send, double* meta) {
+  const StageCost c = stage_cost(in, stage, first, n, w);
   if (b) {
     b->compute = c.compute + c.head;
     b->compute_memory_bound = c.memory_bound;
@@ -425,7 +441,8 @@ Prediction predict(const ModelInputs& in) {
     out.reason = std::move(why);
     return out;
   }
-  const auto split = layers_per_stage(in.model->layers, in.layout.p);
+  const auto split = stage_split(in);
+  out.layers_per_stage = split;
   out.memory = memory_per_device(in, split);
   out.capacity = in.device->memory_bytes * in.host.memory_utilisation;
   if (out.memory.total() > out.capacity) {

@@ -39,8 +39,8 @@ namespace detail {
 // One stage's forward time for one microbatch (layers + exposed TP comm + LM head on the
 // last stage). Fills `b` (compute and comm terms) when given; `send` and `meta` receive the
 // boundary transfer and the metadata cost (0 on the last stage).
-double stage_forward(const ModelInputs& in, int stage, int n, const StepWork& w, Breakdown* b, double* send,
-                     double* meta);
+double stage_forward(const ModelInputs& in, int stage, int first, int n, const StepWork& w, Breakdown* b,
+                     double* send, double* meta);
 double sampling_time(const ModelInputs& in, double seqs, bool on_cpu);
 
 // One stage's share of one microbatch's step: its forward, its send to the next stage, the
@@ -79,8 +79,8 @@ ChunkPlan chunk_plan(const Workload& w, int chunk, double seqs);
 
 // Mixture of experts and MLA (cost_model_moe.cpp).
 namespace detail {
-// The first layer of stage `stage` under layers_per_stage().
-int first_layer_of_stage(int layers, int p, int stage);
+// The first layer of stage `stage` under `split` (layers per stage).
+int first_layer_of_stage(const std::vector<int>& split, int stage);
 // Attention parameters one of t TP ranks holds (MLA: the down-projections on every rank).
 double attention_params_per_rank(const ModelSpec& m, int t);
 // One MoE layer's MLP block held by one rank: E/ep whole experts (ep > 1) or 1/t of each

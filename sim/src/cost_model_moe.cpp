@@ -29,10 +29,6 @@ double alltoall_time(const EpLinks& g, double bytes) {
 
 namespace detail {
 
-int first_layer_of_stage(int layers, int p, int stage) {
-  return stage * (layers / p) + std::min(stage, layers % p);
-}
-
 double attention_params_per_rank(const ModelSpec& m, int t) {
   if (m.is_mla()) {
     // The down-projections (q_a, kv_a with their norms) are small and replicated on every TP

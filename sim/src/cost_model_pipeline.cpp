@@ -36,7 +36,7 @@ std::vector<StageStep> steps(const ModelInputs& in, const std::vector<int>& spli
       }
       if (reused) continue;
     }
-    s.forward = detail::stage_forward(in, i, n, w, &s.terms, &s.send, &s.meta);
+    s.forward = detail::stage_forward(in, i, detail::first_layer_of_stage(split, i), n, w, &s.terms, &s.send, &s.meta);
     double busy = s.forward + (k.structure_aware ? 0 : s.send + s.meta);
     if (i == p - 1 && !k.cpu_sampling) {
       s.sampling = detail::sampling_time(in, seqs, false);
@@ -153,7 +153,7 @@ Memory memory_per_device(const ModelInputs& in, const std::vector<int>& split) {
     const int n = split[static_cast<std::size_t>(i)];
     Memory mem;
     // MoE layers hold their share of the experts (ep > 1: E/ep whole experts; else 1/t of each).
-    double params = detail::stage_params_per_rank(in, detail::first_layer_of_stage(m.layers, p, i), n);
+    double params = detail::stage_params_per_rank(in, detail::first_layer_of_stage(split, i), n);
     if (i == 0) params += vocab_shard;                                     // embedding
     if (i == p - 1) params += (m.tied_embeddings && p == 1) ? 0 : vocab_shard;  // LM head
     mem.weights = params * w.weight_bytes;

@@ -31,6 +31,7 @@ Launch launch_commands(const PlanRequest& r, const Candidate& c, const std::vect
   if (c.layout.variant != Variant::kStandard) flags += fmt::format(" --variant {}", to_string(c.layout.variant));
   flags += fmt::format(" --max-seqs {}", c.batch);
   if (c.layout.prefill_chunk > 0) flags += fmt::format(" --prefill-chunk {}", c.layout.prefill_chunk);
+  if (c.layout.head_aware_split && c.layout.p > 1) flags += " --layer-split auto";
   const std::string swift = r.swift ? " --swift" : "";
   std::map<int, int> on_host;  // replicas started so far per first host (ports)
   for (int i = 0; i < c.replicas; ++i) {
@@ -153,6 +154,7 @@ std::string sbatch_script(const PlanRequest& r, const Candidate& c, const std::s
   if (c.layout.variant != Variant::kStandard) s += fmt::format(" --variant {}", to_string(c.layout.variant));
   s += fmt::format(" --max-seqs {}", c.batch);
   if (c.layout.prefill_chunk > 0) s += fmt::format(" --prefill-chunk {}", c.layout.prefill_chunk);
+  if (c.layout.head_aware_split && c.layout.p > 1) s += " --layer-split auto";
   if (r.swift) s += " --swift";
   s += fmt::format(" \\\n  --workload n={},in={},out={} --out \"trellis-$SLURM_JOB_ID.jsonl\"\n", c.batch,
                    r.work.prompt_len, r.work.gen_len);

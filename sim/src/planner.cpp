@@ -445,10 +445,12 @@ PlanResult plan(const PlanRequest& r) {
             // prefill microbatch count, found once per batch, is reused for every m.
             int wave_m = 0;
             ModelInputs in = inputs(rp, Layout{p, t, 1, v, r.lp_fraction}, batch, links);
+            in.layout.head_aware_split = r.head_aware_split;
             for (int m : microbatch_options(p, batch, r.kind))
               for (int chunk : chunks) {
                 Layout l{p, t, m, v, r.lp_fraction};
                 l.ep = ep;
+                l.head_aware_split = r.head_aware_split;
                 l.prefill_chunk = chunk;
                 l.prefill_microbatches = chunk == 0 ? wave_m : 0;
                 in.layout = l;

@@ -118,6 +118,12 @@ std::vector<Measurement> parse_measurements(const std::string& text, const std::
         bad(origin, p + "variant", e.what());
       }
     }
+    if (r.contains("layer_split")) {
+      const json& s = r["layer_split"];
+      if (!s.is_string() || (s.get<std::string>() != "even" && s.get<std::string>() != "auto"))
+        bad(origin, p + "layer_split", "must be \"even\" or \"auto\" (how trellis run split the layers)");
+      m.head_aware_split = s.get<std::string>() == "auto";
+    }
     if (r.contains("cluster")) {
       if (!r["cluster"].is_string()) bad(origin, p + "cluster", "must be a synthetic spec string");
       m.cluster = r["cluster"].get<std::string>();
@@ -158,6 +164,7 @@ ValidationReport validate(const PlanRequest& request, const std::vector<Measurem
     // The measured runs prefilled whole prompts in the engine's microbatch groups, one wave
     // per group: predict that wave, not the planner's fastest split of it.
     l.prefill_microbatches = m.microbatches;
+    l.head_aware_split = m.head_aware_split;
     if (m.p * m.t > r.cluster.ranks())
       throw_error(ErrorCode::kInvalidArgument, "measured layout p={} t={} needs more ranks than the cluster's {}", m.p,
                   m.t, r.cluster.ranks());

@@ -70,6 +70,21 @@ echo "ok: warm-up reported in --json (load, warm-up) and token-neutral"
 run naive 4 2 2 --no-cpu-sampler --no-tsem --no-sat
 cmp -s "$W/ref.jsonl" "$W/naive.jsonl" || fail "all techniques off changes the tokens"
 echo "ok: pp=2 tp=2 with all techniques off token-identical"
+# --layer-split moves layers between stages; the tokens never change, and the run says
+# which split it took and why.
+for split in 3,1 1,3 even; do
+  run "split$split" 2 2 1 --layer-split "$split" --set log.level=info
+  cmp -s "$W/ref.jsonl" "$W/split$split.jsonl" || fail "--layer-split $split changes the tokens"
+done
+grep -q "layers per stage 3/1: as run.layer_split gives them" "$W/split3,1.log" || { cat "$W/split3,1.log"; fail "the given split is not logged"; }
+grep -q "layers per stage 2/2: even" "$W/spliteven.log" || { cat "$W/spliteven.log"; fail "the even split is not logged"; }
+run splitauto 3 3 1 --layer-split auto --set log.level=info
+grep -qE "layers per stage [0-9/]+: the last stage's LM head has the parameters of [0-9.]+ layers" "$W/splitauto.log" || { cat "$W/splitauto.log"; fail "the auto split does not say how it weighed the head"; }
+for bad in 4,1 2,1,1 x,3 0,4; do
+  out=$(timeout 60 "${MPI[@]}" -np 2 "$T" run --pp 2 --prompt hi --max-tokens 2 --layer-split "$bad" 2>&1) && fail "--layer-split $bad was accepted"
+  grep -qE "layer split|run.layer_split" <<<"$out" || { echo "$out"; fail "--layer-split $bad: the error does not name the split"; }
+done
+echo "ok: --layer-split moves layers without changing tokens; bad splits refused by name"
 
 printf '{"tokens": [1]}\n{"tokens": [1,\n' > "$W/broken.jsonl"
 out=$(timeout 60 "${MPI[@]}" -np 2 "$T" run --pp 2 --prompts "$W/broken.jsonl" 2>&1); rc=$?

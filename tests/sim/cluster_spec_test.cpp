@@ -114,6 +114,14 @@ TEST(Launch, ReplicasFillHostsInRankOrder) {
   bool trained_note = false;
   for (const auto& n : pp.notes) trained_note = trained_note || n.find("trained as ladder") != std::string::npos;
   EXPECT_TRUE(trained_note);
+  EXPECT_EQ(pp.replicas[0].serve.find("--layer-split"), std::string::npos);  // even: run's default
+  // A layout planned with --layer-split auto launches with it (a pipeline only).
+  lad.layout.head_aware_split = true;
+  EXPECT_NE(launch_commands(r, lad, hosts, "/m").replicas[0].serve.find(" --layer-split auto"), std::string::npos);
+  EXPECT_NE(sbatch_script(r, lad, "", "trellis plan", 0).find(" --layer-split auto"), std::string::npos);
+  Candidate flat = pick(2, 1, 16, 32);
+  flat.layout.head_aware_split = true;
+  EXPECT_EQ(launch_commands(r, flat, hosts, "").replicas[0].run.find("--layer-split"), std::string::npos);
   EXPECT_EQ(shell_quote("plain/path"), "plain/path");
   EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
 }

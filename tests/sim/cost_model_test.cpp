@@ -41,6 +41,33 @@ TEST(CostModel, TransferAndStageSplit) {
   EXPECT_EQ(layers_per_stage(30, 4), (std::vector<int>{8, 8, 7, 7}));
 }
 
+// With --layer-split auto the planner splits layers as `trellis run --layer-split auto` does. Llama-3.2-1B: its untied 128,256 x 2,048 head (263 M) is worth
+// 4.3 of its 61 M-parameter layers, so two stages hold 10 and 6 + head; the even split (other
+// engines, the published rows) keeps 8 and 8 + head.
+TEST(CostModel, HeadAwareSplitBalancesTheLastStage) {
+  const ModelSpec small = load_model("llama-3.2-1b");
+  const ClusterView host = make_cluster_view(gpu_cluster(1, 2));
+  ModelInputs in = inputs(small, host, 2, 1, 2, Variant::kStandard, 16);
+  in.layout.head_aware_split = true;  // --layer-split auto
+  // Without the host's fixed costs per iteration (which bound so small a model's step on an
+  // H100), the slowest stage's forward sets the period.
+  in.host.input_prep_s = in.host.input_prep_per_seq_s = in.host.metadata_s = 0;
+  EXPECT_EQ(stage_split(in), (std::vector<int>{10, 6}));
+  const Prediction balanced = predict(in);
+  in.layout.head_aware_split = false;
+  EXPECT_EQ(stage_split(in), (std::vector<int>{8, 8}));
+  const Prediction even = predict(in);
+  ASSERT_TRUE(balanced.feasible && even.feasible);
+  // The slowest stage (what the breakdown reports) is lighter when balanced, and so is the
+  // period: 10 layers against 8 + a head of 4.3.
+  EXPECT_LT(balanced.decode.compute, 0.9 * even.decode.compute);
+  EXPECT_LT(balanced.tpot_s, 0.95 * even.tpot_s);
+  // One stage has nothing to balance.
+  in.layout.head_aware_split = true;
+  in.layout.p = 1;
+  EXPECT_EQ(stage_split(in), (std::vector<int>{16}));
+}
+
 TEST(CostModel, RooflinePicksTheBindingCeiling) {
   const DeviceSpec& h100 = find_device("H100-SXM");
   Efficiency e{1.0, 1.0};

@@ -249,4 +249,18 @@ check swift-bad-m 1 '--swift-m: the mean generated length M must be >= 1' -- \
   "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --swift --swift-m 0.5
 check swift-bad-r 1 '--swift-r: .* is not a finite number' -- \
   "$TRELLIS" plan --model llama-3.1-8b --cluster 1x8xH100 --swift-r abc
+# --layer-split auto plans the split trellis run --layer-split auto makes (Llama-3.2-1B on two
+# stages: 10 | 6 + head) and says so on the launch line; the default is trellis run's even split.
+for split in even auto; do
+  "$TRELLIS" plan --model llama-3.2-1b --cluster 1x2xH100 --no-replicas --objective throughput --batch 64 \
+    --layer-split $split --json --top 20 > "$TMP/split-$split.json"
+done
+if python3 - "$TMP/split-even.json" "$TMP/split-auto.json" <<'PY'
+import json, sys
+for path, want in ((sys.argv[1], [8, 8]), (sys.argv[2], [10, 6])):
+    rows = [r for r in json.load(open(path))["ranked"] if r["pp"] == 2]
+    assert rows and all(r["layers_per_stage"] == want for r in rows), (path, [r["layers_per_stage"] for r in rows])
+PY
+then echo "ok   layer-split"; else echo "FAIL layer-split"; fail=1; fi
+check layer-split-bad 2 '--layer-split: balanced not in \{even,auto\}' -- "$TRELLIS" plan --model llama-3.2-1b --cluster 1x2xH100 --layer-split balanced
 exit $fail

@@ -228,5 +228,79 @@ TEST(Placement, JsonRoundTripAndPrinting) {
   EXPECT_THROW(placement_from_json_text("{\"pp\": 1}"), Error);
 }
 
+// The last stage also reads the LM head; split_layers gives it fewer layers so that the
+// slowest stage is as fast as whole layers allow.
+TEST(Placement, SplitLayersWeighsTheHeadOnTheLastStage) {
+  // No head cost: the even split, earlier stages taking the remainder (as before).
+  EXPECT_EQ(split_layers(30, 4, 0), (std::vector<int>{8, 8, 7, 7}));
+  EXPECT_EQ(split_layers(32, 4, 0), (std::vector<int>{8, 8, 8, 8}));
+  EXPECT_EQ(split_layers(7, 1, 5), (std::vector<int>{7}));
+  // SmolLM2 (30 layers, the head worth 8 of them): 19 | 11 + 8 instead of 15 | 15 + 8.
+  EXPECT_EQ(split_layers(30, 2, 8.0), (std::vector<int>{19, 11}));
+  // Worth 14 layers (Q4_1 layers, Q8_0 head): 22 | 8 + 14.
+  EXPECT_EQ(split_layers(30, 2, 13.6), (std::vector<int>{22, 8}));
+  // Three stages: the first two share what the last leaves; 13 | 12 | 5 + 8 and 13 | 13 | 4 + 8
+  // are equally fast, and the one nearer the even split wins.
+  EXPECT_EQ(split_layers(30, 3, 8.0), (std::vector<int>{13, 12, 5}));
+  // A head larger than the model's layers: the last stage keeps one layer.
+  EXPECT_EQ(split_layers(30, 2, 100.0), (std::vector<int>{29, 1}));
+  // A head too small to move a layer leaves the even split.
+  EXPECT_EQ(split_layers(32, 2, 0.5), (std::vector<int>{16, 16}));
+  // Every split is a valid one, and no other split has a faster slowest stage.
+  for (int layers : {2, 5, 16, 30, 80})
+    for (int p = 1; p <= std::min(layers, 5); ++p)
+      for (double h : {0.0, 0.7, 1.2, 3.0, 8.0, 40.0}) {
+        const auto split = split_layers(layers, p, h);
+        ASSERT_EQ(static_cast<int>(split.size()), p);
+        int sum = 0;
+        double slowest = 0;
+        for (int s = 0; s < p; ++s) {
+          EXPECT_GE(split[s], 1);
+          sum += split[s];
+          slowest = std::max(slowest, split[s] + (s == p - 1 ? h : 0.0));
+        }
+        EXPECT_EQ(sum, layers);
+        for (int last = 1; last <= layers - (p - 1) && p > 1; ++last) {
+          const int others = (layers - last + p - 2) / (p - 1);
+          EXPECT_LE(slowest, std::max(last + h, static_cast<double>(others)) + 1e-9)
+              << layers << " layers, p=" << p << ", head " << h << ": last=" << last << " is faster";
+        }
+      }
+  EXPECT_THROW(split_layers(3, 4, 0), Error);
+}
+
+TEST(Placement, GivenSplitIsCheckedAndKept) {
+  Topology t = parse_synthetic("hosts=1,gpus=0,cores=4");
+  ModelShape m{30, 9, 3};
+  m.split = {22, 8};
+  Placement pl = place(m, t, 2, 1, PlaceOptions{RankKind::kCpu, 2});
+  EXPECT_EQ(pl.layers_per_stage(), (std::vector<int>{22, 8}));
+  EXPECT_NE(format_placement(pl, t).find("22/8 (as given)"), std::string::npos);
+  EXPECT_EQ(placement_from_json_text(placement_to_json_text(pl)), pl);
+  for (std::vector<int> bad : {std::vector<int>{29, 2}, {30}, {30, 0}, {10, 10, 10}}) {
+    m.split = bad;
+    try {
+      place(m, t, 2, 1, PlaceOptions{RankKind::kCpu, 2});
+      ADD_FAILURE() << "split of " << bad.size() << " entries accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("layer split"), std::string::npos) << e.what();
+    }
+  }
+  m.split.clear();
+  m.head_cost = 8;
+  pl = place(m, t, 2, 1, PlaceOptions{RankKind::kCpu, 2});
+  EXPECT_EQ(pl.layers_per_stage(), (std::vector<int>{19, 11}));
+  EXPECT_NE(format_placement(pl, t).find("LM head costs as much as 8.0 layers"), std::string::npos);
+  // A placement file from before head_cost and split existed reads as an even split.
+  std::string old = placement_to_json_text(pl);
+  const auto at = old.find("\"head_cost\"");
+  ASSERT_NE(at, std::string::npos);
+  old.replace(at, old.find(',', at) + 1 - at, "");
+  EXPECT_EQ(placement_from_json_text(old).layers_per_stage(), (std::vector<int>{15, 15}));
+  m.head_cost = -1;
+  EXPECT_THROW(place(m, t, 2, 1, PlaceOptions{RankKind::kCpu, 2}), Error);
+}
+
 }  // namespace
 }  // namespace trellis::topology

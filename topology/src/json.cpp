@@ -40,7 +40,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Host, name, boot_id, source, cpu_model, packa
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Fabric, link_class, bandwidth, description)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankInfo, rank, host, pid, bound_pus)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Topology, hosts, fabric, ranks, nvlink_disabled)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelShape, layers, heads, kv_heads)
+// Older placement files have no head_cost or split: read as 0 and empty (an even split).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModelShape, layers, heads, kv_heads, head_cost, split)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankPlacement, rank, stage, tp, host, device, numa, cores, nic)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GroupLink, link_class, bandwidth)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Placement, pp, tp, model, kind, nvlink_disabled, ranks,

@@ -5,8 +5,12 @@
 #include "trellis/topology/placement.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <string>
 #include <map>
+
+#include <fmt/ranges.h>
 
 #include "trellis/core/error.hpp"
 
@@ -43,6 +47,18 @@ void validate(const ModelShape& m, int p, int t) {
   if (m.layers < p)
     throw_error(ErrorCode::kInvalidArgument, "placement: layers ({}) must be >= p={} (every stage needs a layer)",
                 m.layers, p);
+  if (!(m.head_cost >= 0) || m.head_cost > 1e6)
+    throw_error(ErrorCode::kInvalidArgument, "placement: head cost {} (in layers) must be a number in [0, 1e6]",
+                m.head_cost);
+  if (!m.split.empty()) {
+    long sum = 0;
+    for (int n : m.split) sum += n;
+    const bool positive = std::all_of(m.split.begin(), m.split.end(), [](int n) { return n >= 1; });
+    if (static_cast<int>(m.split.size()) != p || !positive || sum != m.layers)
+      throw_error(ErrorCode::kInvalidArgument,
+                  "placement: layer split {} must give each of the p={} stages at least one layer and add up to the "
+                  "model's {} layers", fmt::format("{}", fmt::join(m.split, ",")), p, m.layers);
+  }
 }
 
 // GPUs of a host in placement order: NVLink islands (ordered by NUMA node, then first
@@ -226,10 +242,38 @@ int Placement::rank_at(int stage, int tp_index) const {
   throw_error(ErrorCode::kInternal, "placement: no rank at (stage {}, tp {})", stage, tp_index);
 }
 
+std::vector<int> split_layers(int layers, int p, double head_cost) {
+  if (p < 1 || layers < p)
+    throw_error(ErrorCode::kInvalidArgument, "layer split: {} layers cannot fill p={} stages", layers, p);
+  // The first p-1 stages share `rest` layers evenly, earlier ones taking the remainder.
+  auto fill = [p](int rest, int last) {
+    std::vector<int> out;
+    for (int s = 0; s + 1 < p; ++s) out.push_back(rest / (p - 1) + (s < rest % (p - 1) ? 1 : 0));
+    out.push_back(last);
+    return out;
+  };
+  std::vector<int> even;
+  for (int s = 0; s < p; ++s) even.push_back(layers / p + (s < layers % p ? 1 : 0));
+  if (p == 1 || !(head_cost > 0)) return even;
+  // Slowest stage for a last stage of `last` layers; whole layers, so scan every choice.
+  auto slowest = [&](int last) {
+    const int rest = layers - last, others = (rest + p - 2) / (p - 1);
+    return std::max(last + head_cost, static_cast<double>(others));
+  };
+  int best = even.back();
+  for (int last = 1; last <= layers - (p - 1); ++last) {
+    const double c = slowest(last), b = slowest(best);
+    if (c < b - 1e-9 || (c <= b + 1e-9 && std::abs(last - even.back()) < std::abs(best - even.back()))) best = last;
+  }
+  return fill(layers - best, best);
+}
+
 std::vector<int> Placement::layers_per_stage() const {
-  std::vector<int> out;
-  for (int s = 0; s < pp; ++s) out.push_back(model.layers / pp + (s < model.layers % pp ? 1 : 0));
-  return out;
+  if (!model.split.empty()) {
+    validate(model, pp, std::max(1, tp));  // a placement read from JSON is checked here
+    return model.split;
+  }
+  return split_layers(model.layers, pp, model.head_cost);
 }
 
 int ranks_available(const Topology& topo, const PlaceOptions& options) {

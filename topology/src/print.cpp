@@ -141,11 +141,22 @@ std::string format_matrix(const Host& h) {
   return out;
 }
 
+namespace {
+// Why the stages hold the layers they do (nothing to say for one stage or an even split).
+std::string split_reason(const Placement& pl) {
+  if (pl.pp < 2) return "";
+  if (!pl.model.split.empty()) return " (as given)";
+  if (pl.model.head_cost > 0)
+    return fmt::format(" (balanced: the last stage's LM head costs as much as {:.1f} layers)", pl.model.head_cost);
+  return "";
+}
+}  // namespace
+
 std::string format_placement(const Placement& pl, const Topology& topo) {
   std::string out = fmt::format(
-      "placement: p={} x t={} = {} {} ranks; model {} layers, {} heads, {} KV heads; layers per stage {}{}\n",
+      "placement: p={} x t={} = {} {} ranks; model {} layers, {} heads, {} KV heads; layers per stage {}{}{}\n",
       pl.pp, pl.tp, pl.ranks.size(), to_string(pl.kind), pl.model.layers, pl.model.heads, pl.model.kv_heads,
-      fmt::join(pl.layers_per_stage(), "/"), pl.nvlink_disabled ? "; NVLink treated as absent" : "");
+      fmt::join(pl.layers_per_stage(), "/"), split_reason(pl), pl.nvlink_disabled ? "; NVLink treated as absent" : "");
   out += fmt::format("{:>5} {:>5} {:>3}  {:<16} {:<8} {:>4}  {:<24} {}\n", "rank", "stage", "tp", "host", "device",
                      "numa", "cores (PUs)", "nic");
   for (int s = 0; s < pl.pp; ++s)

@@ -191,6 +191,10 @@ struct Layout {
   // Microbatches the wave's prompts are split into (whole prompts only); 0: the count in
   // {powers of two, p x powers of two} <= batch with the shortest TTFT.
   int prefill_microbatches = 0;
+  // Layers per stage. false: the even split (`trellis run`'s default, and vLLM's and
+  // TensorRT-LLM's). true: as `trellis run --layer-split auto` splits them: the last stage
+  // takes fewer layers to make up for its LM head (weighed in parameters held per rank).
+  bool head_aware_split = false;
 };
 
 // The assumed load imbalance of expert parallelism: the busiest of the ep ranks gets this
@@ -253,6 +257,7 @@ struct Prediction {
   double decode_tokens_per_s = 0;
   double tokens_per_s = 0;      // generated tokens / (TTFT + gen_len x TPOT), batch-wide
   Memory memory;                // on the fullest device
+  std::vector<int> layers_per_stage;  // the split predicted (stage_split)
   double capacity = 0;          // usable bytes per device
   Breakdown decode;             // per decode step of one microbatch, on the slowest stage
   Breakdown prefill;            // per prefill microbatch, on the slowest stage
@@ -313,6 +318,10 @@ int cpu_busy_ranks(const CpuSharing& c, const Layout& l, int ranks_per_host);
 
 // Layers per stage: an even split, the first L mod p stages one layer more.
 std::vector<int> layers_per_stage(int layers, int p);
+// Layers per stage of a layout: the even split, or (Layout::head_aware_split) the split that
+// `trellis run --layer-split auto` makes (topology::split_layers with the LM head's
+// parameters per rank over a layer's).
+std::vector<int> stage_split(const ModelInputs& in);
 
 // Predicts one layout. Infeasible layouts (memory, heads not divisible by t, layers < p,
 // microbatches > batch) come back with feasible=false and a reason naming the numbers.

@@ -74,6 +74,9 @@ struct PlanRequest {
   double expert_imbalance = kDefaultExpertImbalance;
   ModelKind kind = ModelKind::kRefined;
   bool replicas = true;             // also consider d > 1 data-parallel replicas
+  // Plan every layout with `trellis run --layer-split auto` (Layout::head_aware_split);
+  // false: the even split, trellis run's default.
+  bool head_aware_split = false;
   // SWIFT self-speculative decoding (swift_estimate.hpp): every layout's TPOT is divided by
   // Eq. (6)'s speedup and its decode throughput multiplied by it; TTFT is kept. An estimate.
   std::optional<SwiftEstimate> swift;

@@ -28,6 +28,9 @@ class Calibration;
 
 struct Measurement {
   int p = 1, t = 1, batch = 1, microbatches = 1;
+  // How the run split its layers: "even" (every run before --layer-split existed; the
+  // default when the field is absent) or "auto" (trellis run's default since).
+  bool head_aware_split = false;
   Variant variant = Variant::kStandard;
   int prompt_len = 0, gen_len = 0;  // 0: the request's
   std::string cluster;               // synthetic spec, or "" for the request's cluster

@@ -10,7 +10,8 @@
 // placement's choice (Placement::ranks is indexed by MPI rank).
 //
 // Validation throws Error{kInvalidArgument} naming the constraint that failed:
-//   p*t == ranks available; heads % t == 0; kv_heads % t == 0; layers >= p; p,t >= 1.
+//   p*t == ranks available; heads % t == 0; kv_heads % t == 0; layers >= p; p,t >= 1;
+//   a given split has p entries, each >= 1, summing to the layers.
 #pragma once
 
 #include <string>
@@ -26,8 +27,22 @@ struct ModelShape {
   int layers = 32;
   int heads = 32;
   int kv_heads = 8;
+  // What the last stage pays per token beyond its layers (the LM head: a vocabulary x hidden
+  // matrix read every decode step), in units of one decoder layer's cost. 0: nothing, and
+  // the split is even. SmolLM2-135M: its tied 49,152 x 576 head is ~8 layers of parameters,
+  // ~14 layers of bytes when the layers stay Q4_1 and the head Q8_0.
+  double head_cost = 0;
+  // Layers per stage as the user gave them (--layer-split 22,8); empty: split_layers().
+  std::vector<int> split;
   bool operator==(const ModelShape&) const = default;
 };
+
+// Layers per stage that make the slowest stage as fast as possible when every layer costs
+// the same and the last stage also pays `head_cost` layers: the last stage takes fewer
+// layers, the others share the rest evenly (earlier stages take the remainder). Among
+// splits as good as the best, the one nearest the even split. head_cost <= 0: the even
+// split. Throws kInvalidArgument when layers < p or p < 1.
+std::vector<int> split_layers(int layers, int p, double head_cost);
 
 enum class RankKind { kAuto, kGpu, kCpu };
 std::string_view to_string(RankKind k);  // "auto", "gpu", "cpu"
@@ -75,7 +90,7 @@ struct Placement {
 
   // MPI rank at grid position (stage, tp); throws kInvalidArgument when out of range.
   int rank_at(int stage, int tp_index) const;
-  // Layers per stage (as even as possible, earlier stages take the remainder).
+  // Layers per stage: model.split when given, else split_layers(layers, pp, head_cost).
   std::vector<int> layers_per_stage() const;
   bool operator==(const Placement&) const = default;
 };
