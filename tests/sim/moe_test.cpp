@@ -252,7 +252,9 @@ TEST(Moe, DeepSeekV3OnSixteenH100sFitsInFp8WithExpertParallelismNotInBf16) {
     EXPECT_EQ(c.precision, Precision::kFp8);
     EXPECT_TRUE(c.layout.ep == 1 || c.layout.ep % c.layout.t == 0);
     EXPECT_EQ(c.replicas % std::max(1, c.layout.ep / c.layout.t), 0);
-    if (c.layout.ep > 1) EXPECT_NE(c.ep_link, "-");
+    if (c.layout.ep > 1) {
+      EXPECT_NE(c.ep_link, "-");
+    }
   }
   EXPECT_TRUE(ep);
   r.precisions = {Precision::kBf16};

@@ -180,7 +180,9 @@ int check_variant(Variant v, const std::vector<std::vector<float>>& reference = 
   LoadOptions lo = load_options();
   if (window) lo.window_bytes = 1 << 20;
   LlamaModel sharded(*reader, cfg, *tp, ctx, lo), whole(*reader, cfg, *single, ctx, load_options());
-  if (window) EXPECT_TRUE(sharded.window_fits(16)) << "the steps' batches must fit the window";
+  if (window) {
+    EXPECT_TRUE(sharded.window_fits(16)) << "the steps' batches must fit the window";
+  }
   VariantOptions opts;
   opts.progress.enabled = progress;
   opts.progress.cooperative = cooperative;
