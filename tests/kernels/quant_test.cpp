@@ -3,6 +3,8 @@
 // product of the quantised operands, the Q8_0 embedding lookup, views of block types, and the
 // errors for shapes that are not whole blocks.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -213,6 +215,82 @@ TEST(Quant, OneActivationRowMatchesTheSingleRowDots) {
           const float got = y.ptr<float>()[j] - 0.5f;
           ASSERT_NEAR(got, want, 1e-5 * (mag + 1)) << to_string(type) << " nb " << nb << " n " << n << " row " << j;
           ASSERT_NEAR(got, fast, 1e-5 * (mag + 1)) << to_string(type) << " nb " << nb << " n " << n << " row " << j;
+        }
+      }
+    }
+  }
+}
+
+// Weights placed against inaccessible pages: the M = 1 kernel reads whole cache lines and
+// realigns them, so a last line that is not masked to the matrix's own bytes faults here (an
+// unmasked first line stays on the first block's page, where no guard can see it). The matrix
+// first ends at a PROT_NONE page, then starts right after one, and for Q4_1 also ends 2 bytes
+// short of one (a base that is not 4-byte aligned, which takes the general path). Every
+// output must be the scalar reference's single-row dot.
+class GuardedBytes {
+ public:
+  explicit GuardedBytes(std::size_t bytes) {
+    page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    data_ = (bytes + page_ - 1) / page_ * page_;
+    void* p = mmap(nullptr, data_ + 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    base_ = p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+    if (base_ != nullptr && (mprotect(base_, page_, PROT_NONE) != 0 || mprotect(base_ + page_ + data_, page_, PROT_NONE) != 0)) {
+      munmap(base_, data_ + 2 * page_);
+      base_ = nullptr;
+    }
+  }
+  ~GuardedBytes() {
+    if (base_ != nullptr) munmap(base_, data_ + 2 * page_);
+  }
+  GuardedBytes(const GuardedBytes&) = delete;
+  GuardedBytes& operator=(const GuardedBytes&) = delete;
+  bool ok() const { return base_ != nullptr; }
+  std::byte* first() const { return base_ + page_; }         // a guard page just before
+  std::byte* end() const { return base_ + page_ + data_; }   // a guard page from here
+
+ private:
+  std::size_t page_ = 0, data_ = 0;
+  std::byte* base_ = nullptr;
+};
+
+TEST(Quant, OneActivationRowReadsOnlyItsBlocks) {
+  Context ctx(2);
+  for (DType type : {DType::kQ4_1, DType::kQ8_0}) {
+    const std::size_t block = type == DType::kQ4_1 ? sizeof(BlockQ4_1) : sizeof(BlockQ8_0);
+    for (std::int64_t nb : {1, 2, 3, 4, 5, 17, 18, 33, 48}) {
+      for (std::int64_t n : {1, 2, 3, 5, 6, 7, 13}) {
+        const std::int64_t k = nb * 32;
+        const std::size_t bytes = static_cast<std::size_t>(n * nb) * block;
+        std::vector<float> wf = random_floats(static_cast<std::size_t>(n * k), 21, 0.1f);
+        const std::vector<float> xf = activations(static_cast<std::size_t>(k), 22);
+        std::vector<std::byte> src(bytes);
+        for (std::int64_t r = 0; r < n; ++r) {
+          if (type == DType::kQ4_1)
+            quantize_row_q4_1(wf.data() + r * k, reinterpret_cast<BlockQ4_1*>(src.data()) + r * nb, k);
+          else
+            quantize_row_q8_0(wf.data() + r * k, reinterpret_cast<BlockQ8_0*>(src.data()) + r * nb, k);
+        }
+        std::vector<BlockQ8_1> x81(static_cast<std::size_t>(nb));
+        std::vector<BlockQ8_0> x80(static_cast<std::size_t>(nb));
+        quantize_row_q8_1(xf.data(), x81.data(), k);
+        quantize_row_q8_0(xf.data(), x80.data(), k);
+        GuardedBytes mem(bytes + 2);
+        ASSERT_TRUE(mem.ok()) << "mmap/mprotect failed";
+        const std::size_t slack = type == DType::kQ4_1 ? 2 : 0;
+        for (std::byte* at : {mem.end() - bytes, mem.first(), mem.end() - bytes - slack}) {
+          std::memcpy(at, src.data(), bytes);
+          Tensor x = test::f32_tensor(xf, 1, k), y = Tensor::empty(DType::kF32, {1, n});
+          matmul(ctx, x, TensorView::matrix(at, type, n, k), y);
+          for (std::int64_t j = 0; j < n; ++j) {
+            double mag = 0;
+            for (std::int64_t p = 0; p < k; ++p) mag += std::fabs(wf[static_cast<std::size_t>(j * k + p)] * xf[static_cast<std::size_t>(p)]);
+            const std::byte* row = src.data() + static_cast<std::size_t>(j * nb) * block;
+            const float want = type == DType::kQ4_1 ? ref::vec_dot_q4_1_q8_1(reinterpret_cast<const BlockQ4_1*>(row), x81.data(), nb)
+                                                    : ref::vec_dot_q8_0_q8_0(reinterpret_cast<const BlockQ8_0*>(row), x80.data(), nb);
+            ASSERT_NEAR(y.ptr<float>()[j], want, 1e-5 * (mag + 1))
+                << to_string(type) << " nb " << nb << " n " << n << " row " << j << " offset in page "
+                << reinterpret_cast<std::uintptr_t>(at) % 4096;
+          }
         }
       }
     }
