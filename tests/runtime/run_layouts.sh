@@ -79,6 +79,7 @@ done
 grep -q "layers per stage 3/1: as run.layer_split gives them" "$W/split3,1.log" || { cat "$W/split3,1.log"; fail "the given split is not logged"; }
 grep -q "layers per stage 2/2: even" "$W/spliteven.log" || { cat "$W/spliteven.log"; fail "the even split is not logged"; }
 run splitauto 3 3 1 --layer-split auto --set log.level=info
+cmp -s "$W/ref.jsonl" "$W/splitauto.jsonl" || fail "--layer-split auto at p=3 changes the tokens"
 grep -qE "layers per stage [0-9/]+: the last stage's LM head has the parameters of [0-9.]+ layers" "$W/splitauto.log" || { cat "$W/splitauto.log"; fail "the auto split does not say how it weighed the head"; }
 for bad in 4,1 2,1,1 x,3 0,4; do
   out=$(timeout 60 "${MPI[@]}" -np 2 "$T" run --pp 2 --prompt hi --max-tokens 2 --layer-split "$bad" 2>&1) && fail "--layer-split $bad was accepted"
