@@ -65,6 +65,31 @@ TEST(Validate, MalformedMeasurementsNameTheField) {
       "tokens_per_s": 1, "tpot_ms": 1, "variant": "turbo"}]})", "m.json"), Error);
 }
 
+// A run says how it split its layers; absent means even (every run recorded before the
+// option); anything but even or auto is refused naming the field.
+TEST(Validate, RunsSayWhichLayerSplitTheyUsed) {
+  const auto runs = parse_measurements(
+      R"({"schema": "trellis.measurements.v1", "runs": [
+          {"pp": 2, "tp": 1, "batch": 4, "tokens_per_s": 100, "tpot_ms": 10},
+          {"pp": 2, "tp": 1, "batch": 4, "tokens_per_s": 100, "tpot_ms": 10, "layer_split": "auto"},
+          {"pp": 2, "tp": 1, "batch": 4, "tokens_per_s": 100, "tpot_ms": 10, "layer_split": "even"}]})",
+      "m.json");
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_FALSE(runs[0].head_aware_split);
+  EXPECT_TRUE(runs[1].head_aware_split);
+  EXPECT_FALSE(runs[2].head_aware_split);
+  for (const char* bad : {R"("balanced")", "1", "null"}) {
+    try {
+      parse_measurements(std::string(R"({"schema": "trellis.measurements.v1", "runs": [{"pp": 2, "tp": 1, "batch": 4,
+                             "tokens_per_s": 1, "tpot_ms": 1, "layer_split": )") + bad + "}]}",
+                         "m.json");
+      ADD_FAILURE() << "layer_split " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("runs[0].layer_split"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Validate, RepetitionsGiveTheMeasurementNoiseFloor) {
   const auto runs = parse_measurements(
       R"({"schema": "trellis.measurements.v1", "runs": [{"pp": 1, "tp": 1, "batch": 4, "tokens_per_s": 100,
