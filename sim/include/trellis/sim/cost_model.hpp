@@ -126,14 +126,16 @@ struct PipelineTechniques {
 // Host-side costs that no datasheet gives; defaults are assumptions documented in
 // docs/planner.md, replaced by calibration when measured.
 // The defaults are chosen to reproduce what SiPipe measured for vLLM on H100 (section 3.1):
-// a last stage 22-40% heavier from sampling, a 12-19% input-preparation gap per stage,
-// 1.4-2.6 ms of synchronisation around stage transfers; and its CPU samplers finishing
-// B=256 x V=151,643 logits in the 1-2 ms decoding slack (section 5.1).
+// a last stage 22-40% heavier from sampling, a 12-19% input-preparation gap per stage (the
+// middle of both at Figure 3's Qwen-2.5-72B P4^2 and the paper's default batch of 512;
+// docs/planner.md, "vLLM's host costs"), 1.4-2.6 ms of synchronisation around stage
+// transfers; and its CPU samplers finishing B=256 x V=151,643 logits in the 1-2 ms
+// decoding slack (section 5.1).
 struct HostCosts {
   double input_prep_s = 500e-6;          // per stage per iteration, fixed part
-  double input_prep_per_seq_s = 5e-6;    // per sequence in the microbatch
+  double input_prep_per_seq_s = 10.7e-6;    // per sequence in the microbatch
   double gpu_sample_fixed_s = 1e-3;      // per sampling call on the device (launches, penalties, sync)
-  double gpu_sample_passes = 16;         // passes over f32 logits (penalties, softmax, sort for top-k/p)
+  double gpu_sample_passes = 75;         // passes over f32 logits (penalties, softmax, sort for top-k/p)
   double cpu_sample_rate = 2e10;         // logits elements per second across the sampler threads
   double metadata_s = 500e-6;            // serialise + deserialise per-iteration metadata
   int metadata_round_trips = 2;          // extra round trips without structure-aware sends
