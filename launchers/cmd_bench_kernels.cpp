@@ -50,13 +50,14 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-k::Tensor random_tensor(k::DType t, std::int64_t rows, std::int64_t cols, std::uint32_t seed) {
+k::Tensor random_tensor(k::DType t, std::int64_t rows, std::int64_t cols, std::uint32_t seed,
+                        k::HostArena* arena) {
   // Written element by element, not through k::convert: that needs a Context, and making one
   // sets OpenBLAS's thread count (the last Context made wins), which made every sgemm of this
   // benchmark single-threaded until 2026-11-27.
   if (t != k::DType::kF32 && t != k::DType::kBF16 && t != k::DType::kF16)
     throw_error(ErrorCode::kInvalidArgument, "bench: no random {} tensors", k::to_string(t));
-  k::Tensor out = k::Tensor::empty(t, {rows, cols});
+  k::Tensor out = arena ? k::Tensor::empty(t, {rows, cols}, *arena) : k::Tensor::empty(t, {rows, cols});
   std::uint32_t s = seed * 2654435761u + 1;
   for (std::int64_t i = 0; i < out.numel(); ++i) {
     s = s * 1664525u + 1013904223u;  // LCG: cheap and deterministic; values in [-0.5, 0.5)
@@ -147,7 +148,10 @@ GemvRow bench_gemv(const k::Context& ctx, k::Triad& triad, const Shape& s, k::DT
   const std::size_t bytes = static_cast<std::size_t>(s.n * s.k) * k::dtype_size(t);
   const std::size_t copies = std::max<std::size_t>(2, (rotate_bytes + bytes - 1) / bytes);
   std::vector<k::Tensor> ws;
-  for (std::size_t i = 0; i < copies; ++i) ws.push_back(random_tensor(t, s.n, s.k, 10 + static_cast<std::uint32_t>(i)));
+  // The weights on the pages a model's weights get (kernels.huge_pages), as the triad's.
+  k::HostArena arena({.huge_pages = ctx.huge_pages()});
+  for (std::size_t i = 0; i < copies; ++i)
+    ws.push_back(random_tensor(t, s.n, s.k, 10 + static_cast<std::uint32_t>(i), &arena));
   k::Tensor x = random_tensor(k::DType::kF32, m, s.k, 4), y = k::Tensor::empty(k::DType::kF32, {m, s.n});
   std::vector<double> gbps, tri, ratio;
   // Each sample streams every copy once, so no copy is still in cache when it comes round;
@@ -174,9 +178,11 @@ int run_bench_kernels(Session& s, const KernelBenchOptions& o) {
   const std::size_t rotate_bytes = parse_size(o.rotate_size, "--rotate-size");
   const int threads = static_cast<int>(s.config.get_int("kernels.threads"));
   k::Context ctx(threads);
-  std::cerr << fmt::format("bench kernels: preset {} | {} | {} threads | BLAS {} | {} | ISA {}\n", o.preset,
-                           k::cpu_model_name(), ctx.threads(), k::blas_description(), k::onednn_description(),
-                           k::compiled_isa());
+  ctx.set_huge_pages(s.config.get_bool("kernels.huge_pages"));
+  std::cerr << fmt::format("bench kernels: preset {} | {} | {} threads | BLAS {} | {} | ISA {} | huge pages {}\n",
+                           o.preset, k::cpu_model_name(), ctx.threads(), k::blas_description(),
+                           k::onednn_description(), k::compiled_isa(),
+                           ctx.huge_pages() ? "asked (THP " + k::transparent_huge_page_mode() + ")" : "off");
   const std::string auto_f32 = k::prefill_gemm_choice(k::DType::kF32), auto_bf16 = k::prefill_gemm_choice(k::DType::kBF16);
   k::TriadResult triad = k::measure_triad(ctx, triad_bytes, 10);
   k::Triad triad_pass(ctx, triad_bytes);

@@ -34,8 +34,9 @@ struct Shape {
 std::vector<Shape> preset_shapes(const std::string& preset, const std::string& filter);
 double median(std::vector<double> v);
 // Host tensor of type t (f32, bf16 or f16) with deterministic values in [-0.5, 0.5); makes no
-// Context (which would reset OpenBLAS's thread count).
-kernels::Tensor random_tensor(kernels::DType t, std::int64_t rows, std::int64_t cols, std::uint32_t seed);
+// Context (which would reset OpenBLAS's thread count); from `arena` when one is given.
+kernels::Tensor random_tensor(kernels::DType t, std::int64_t rows, std::int64_t cols, std::uint32_t seed,
+                              kernels::HostArena* arena = nullptr);
 
 int run_bench_kernels_cuda(Session& s, const KernelBenchOptions& o);
 

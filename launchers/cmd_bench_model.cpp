@@ -17,6 +17,7 @@
 
 #include "commands.hpp"
 #include "json_output.hpp"
+#include "trellis/runtime/engine/device.hpp"
 #include "trellis/core/clock.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
@@ -290,8 +291,7 @@ int run_bench_group(Session& s, const BenchModelOptions& o) {
   auto reader = runtime::open_checkpoint(dir);
   auto cfg = runtime::parse_model_config(reader->config_json().value_or("{}"), dir + "/config.json");
   const auto place = runtime::StagePlace::of(s.rank(), tp, pp, cfg.num_layers);
-  kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")),
-        static_cast<int>(s.config.get_int("kernels.spin_us")));
+  kernels::Context ctx = runtime::cpu_context(s.config);
   // One TP group per stage (world ranks stage * tp ... + tp - 1), built as `trellis run`
   // builds them: make_group is collective, so every rank makes every stage's group in order.
   std::unique_ptr<transport::Group> group;
@@ -351,8 +351,7 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   if (cuda && !o.batches.empty())
     throw_error(ErrorCode::kInvalidArgument, "bench model: --batches times the CPU forward; drop it with --device cuda");
   auto ctxp = cuda ? std::make_unique<kernels::Context>(kernels::Device::kCuda, 0)
-                   : std::make_unique<kernels::Context>(static_cast<int>(s.config.get_int("kernels.threads")),
-        static_cast<int>(s.config.get_int("kernels.spin_us")));
+                   : std::make_unique<kernels::Context>(runtime::cpu_context(s.config));
   const kernels::Context& ctx = *ctxp;
   const std::string dir = ensure_checkpoint(o);  // after the context: a missing GPU is said first
   auto reader = runtime::open_checkpoint(dir);
@@ -430,7 +429,8 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
                       {"fraction_of_limit", tok_s / limit}, {"read_GBps_median", read.median_bytes_per_s / 1e9},
                       {"read_GBps_best", read.best_bytes_per_s / 1e9}, {"read_limit_tokens_per_s", read_limit},
                       {"fraction_of_read_limit", tok_s / read_limit}, {"prefill_tokens", o.prompt},
-                      {"prefill_s", prefill_s}, {"load_s", load_s}, {"steps", o.steps}, {"torch", torch}};
+                      {"prefill_s", prefill_s}, {"load_s", load_s}, {"steps", o.steps}, {"torch", torch},
+                      {"huge_pages", !cuda && ctx.huge_pages()}, {"weight_pages", model.weight_pages()}};
   if (!o.batches.empty()) j["batches"] = batches;
   if (o.json) {
     std::cout << versioned_json(j) << "\n";
@@ -445,6 +445,8 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   std::cout << fmt::format("  {} (median of 10)   {:8.2f} GB/s\n", cuda ? "GPU copy (r + w) " : "triad bandwidth ",
                            triad.median_bytes_per_s / 1e9);
   std::cout << fmt::format("  weight bytes per decode token    {:8.1f} MB\n", bytes / 1e6);
+  if (!cuda)  // the read and triad buffers ask for the same pages as the weights
+    std::cout << fmt::format("  memory                           {}\n", model.weight_pages());
   std::cout << fmt::format("  read limit / triad limit         {:8.2f} / {:.2f} tokens/s\n", read_limit, limit);
   std::cout << fmt::format("  trellis decode (median step)     {:8.2f} tokens/s  = {:.0f}% of the read limit, {:.0f}% of triad's\n",
                            tok_s, 100 * tok_s / read_limit, 100 * tok_s / limit);

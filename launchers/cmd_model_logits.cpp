@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "trellis/runtime/engine/device.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/kernels/context.hpp"
@@ -55,8 +56,7 @@ int run_logits(Session& s, const LogitsOptions& o) {
   auto text = reader->config_json();
   if (!text) throw_error(ErrorCode::kNotFound, "{}: no config.json", reader->describe());
   auto cfg = runtime::parse_model_config(*text, reader->describe() + "/config.json");
-  kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")),
-        static_cast<int>(s.config.get_int("kernels.spin_us")));
+  kernels::Context ctx = runtime::cpu_context(s.config);
   auto group = tp_group(s);
   runtime::LoadOptions lo;
   lo.max_slots = static_cast<int>(prompts.size());

@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include "json_output.hpp"
+#include "trellis/runtime/engine/device.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/progress.hpp"
 #include "trellis/core/strings.hpp"
@@ -157,8 +158,7 @@ int run_study(Session& s, StudyOptions o) {
   const auto specs = parse_variants(o, cfg, progress, per_spec);
   const auto place = runtime::StagePlace::of(s.rank(), o.tp, o.pp, cfg.num_layers);
 
-  kernels::Context ctx(static_cast<int>(s.config.get_int("kernels.threads")),
-        static_cast<int>(s.config.get_int("kernels.spin_us")));
+  kernels::Context ctx = runtime::cpu_context(s.config);
   // One TP group per stage (world ranks stage * tp ... stage * tp + tp - 1); make_group is
   // collective over the world, so every rank makes every stage's group in order.
   std::unique_ptr<transport::Group> group;

@@ -244,6 +244,11 @@ constexpr std::array kSettings = {
                 "between the short ops of a decode step without a wake-up; 0 sleeps at once (off anyway when "
                 "kernels.threads exceeds the CPUs the rank may use)",
                 "TRELLIS_KERNELS_SPIN_US", 0, 100000},
+    SettingSpec{"kernels.huge_pages", T::kBool, "true",
+                "Host weights (and the bandwidth benchmarks' buffers) packed in 2 MiB-aligned memory that the "
+                "kernel is asked to back with transparent huge pages (fewer TLB misses while a decode streams "
+                "them); false: 4 KiB pages",
+                "TRELLIS_KERNELS_HUGE_PAGES", 0, 0},
     SettingSpec{"kernels.batch_invariant", T::kBool, "false",
                 "Every matmul row computed as if alone (the small-M kernel's order for any batch): outputs "
                 "independent of what else is batched, slower long prefills; on whenever run.swift is",

@@ -10,32 +10,20 @@
 
 #include "trellis/core/clock.hpp"
 #include "trellis/core/error.hpp"
+#include "trellis/kernels/host_arena.hpp"
 
 namespace trellis::kernels {
-namespace {
-
-double* alloc_doubles(std::size_t n) {
-  auto* p = static_cast<double*>(std::aligned_alloc(64, (n * sizeof(double) + 63) / 64 * 64));
-  if (!p) throw_error(ErrorCode::kResourceExhausted, "triad: cannot allocate {} bytes", n * sizeof(double));
-  return p;
-}
-
-}  // namespace
-
 Triad::Triad(const Context& ctx, std::size_t array_bytes) : ctx_(ctx), threads_(ctx.threads()) {
   if (array_bytes < (std::size_t{1} << 20))
     throw_error(ErrorCode::kInvalidArgument, "triad: array size {} B is below 1 MiB", array_bytes);
   per_thread_ = array_bytes / sizeof(double) / static_cast<std::size_t>(threads_);
   const std::size_t n = per_thread_ * static_cast<std::size_t>(threads_);
-  try {
-    a_ = alloc_doubles(n);
-    b_ = alloc_doubles(n);
-    c_ = alloc_doubles(n);
-  } catch (...) {
-    std::free(a_);
-    std::free(b_);
-    throw;
-  }
+  // The same kind of pages as the weights a decode streams (Context::huge_pages).
+  HostArena arena({.huge_pages = ctx.huge_pages()});
+  for (auto& m : mem_) m = arena.allocate(n * sizeof(double));
+  a_ = reinterpret_cast<double*>(mem_[0].get());
+  b_ = reinterpret_cast<double*>(mem_[1].get());
+  c_ = reinterpret_cast<double*>(mem_[2].get());
   ctx_.pool().run_on_threads(threads_, [&](int t, int) {
     std::size_t lo = per_thread_ * static_cast<std::size_t>(t), hi = lo + per_thread_;
     for (std::size_t i = lo; i < hi; ++i) {
@@ -44,12 +32,6 @@ Triad::Triad(const Context& ctx, std::size_t array_bytes) : ctx_(ctx), threads_(
       c_[i] = 2.0;
     }
   });
-}
-
-Triad::~Triad() {
-  std::free(a_);
-  std::free(b_);
-  std::free(c_);
 }
 
 double Triad::run() {
@@ -91,11 +73,13 @@ TriadResult measure_read(const Context& ctx, std::size_t buffer_bytes, int reps)
   const int threads = ctx.threads();
   const std::size_t per_thread = buffer_bytes / static_cast<std::size_t>(threads) / 64 * 8;  // words, whole lines
   const std::size_t n = per_thread * static_cast<std::size_t>(threads);
-  auto* buf = static_cast<std::uint64_t*>(std::aligned_alloc(64, n * sizeof(std::uint64_t)));
-  if (!buf) throw_error(ErrorCode::kResourceExhausted, "measure_read: cannot allocate {} bytes", n * 8);
+  // The same kind of pages as the weights a decode streams (Context::huge_pages).
+  HostArena arena({.huge_pages = ctx.huge_pages()});
+  const std::shared_ptr<std::byte> mem = arena.allocate(n * sizeof(std::uint64_t));
+  auto* buf = reinterpret_cast<std::uint64_t*>(mem.get());
   std::vector<std::uint64_t> partial(static_cast<std::size_t>(threads));
   TriadResult r;
-  try {
+  {
     // First touch on the thread that will read the slice (its NUMA node).
     ctx.pool().run_on_threads(threads, [&](int t, int) {
       const std::size_t lo = per_thread * static_cast<std::size_t>(t);
@@ -118,11 +102,7 @@ TriadResult measure_read(const Context& ctx, std::size_t buffer_bytes, int reps)
     r.threads = threads;
     r.reps = reps;
     for (int i = 0; i < reps; ++i) r.samples.push_back(pass());
-  } catch (...) {
-    std::free(buf);
-    throw;
   }
-  std::free(buf);
   std::vector<double> sorted = r.samples;
   std::sort(sorted.begin(), sorted.end());
   r.median_bytes_per_s = sorted[sorted.size() / 2];

@@ -188,21 +188,45 @@ std::string TensorView::describe() const {
 }
 
 void Tensor::Free::operator()(std::byte* p) const {
-  if (device == Device::kCuda)
+  if (keep)
+    keep.reset();
+  else if (device == Device::kCuda)
     cuda::device_free(p);
   else
     std::free(p);
 }
 
-Tensor Tensor::empty(DType t, std::span<const std::int64_t> shape, Device d) {
+// The view and checks of a new tensor, before its memory.
+Tensor Tensor::shaped(DType t, std::span<const std::int64_t> shape, Device d) {
   Tensor out;
   out.view_ = TensorView::contiguous(nullptr, t, shape, d);
   if (is_quantized(t) && out.view_.cols() % 32 != 0)
     throw_error(ErrorCode::kInvalidArgument, "Tensor::empty: rows of {} elements are not whole {} blocks of 32",
                 out.view_.cols(), to_string(t));
+  static std::atomic<std::uint64_t> next_serial{1};
+  out.serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
+  out.buf_ = std::unique_ptr<std::byte, Free>(nullptr, Free{d});
+  return out;
+}
+
+Tensor Tensor::empty(DType t, std::span<const std::int64_t> shape, HostArena& arena) {
+  Tensor out = shaped(t, shape, Device::kCpu);
+  const std::size_t bytes = dtype_bytes(t, out.view_.numel());
+  if (bytes > 0) {
+    std::shared_ptr<std::byte> block = arena.allocate(bytes);
+    std::byte* p = block.get();
+    out.buf_.get_deleter().keep = std::move(block);
+    out.buf_.reset(p);
+  }
+  out.bytes_ = bytes;
+  out.view_.data = out.buf_.get();
+  return out;
+}
+
+Tensor Tensor::empty(DType t, std::span<const std::int64_t> shape, Device d) {
+  Tensor out = shaped(t, shape, d);
   std::size_t bytes = dtype_bytes(t, out.view_.numel());
   std::size_t rounded = (bytes + 63) / 64 * 64;
-  out.buf_ = std::unique_ptr<std::byte, Free>(nullptr, Free{d});
   if (d == Device::kCuda) {
     out.buf_.reset(static_cast<std::byte*>(cuda::device_alloc(rounded)));
   } else if (rounded > 0) {
@@ -212,8 +236,6 @@ Tensor Tensor::empty(DType t, std::span<const std::int64_t> shape, Device d) {
   }
   out.bytes_ = bytes;
   out.view_.data = out.buf_.get();
-  static std::atomic<std::uint64_t> next_serial{1};
-  out.serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
   return out;
 }
 

@@ -47,4 +47,11 @@ DeviceBinding bind_device(DeviceChoice choice, const kernels::CudaKernelsInfo& i
   return b;
 }
 
+kernels::Context cpu_context(const Config& config, int spin_us) {
+  kernels::Context ctx(static_cast<int>(config.get_int("kernels.threads")),
+                       spin_us >= 0 ? spin_us : static_cast<int>(config.get_int("kernels.spin_us")));
+  ctx.set_huge_pages(config.get_bool("kernels.huge_pages"));
+  return ctx;
+}
+
 }  // namespace trellis::runtime

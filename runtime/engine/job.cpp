@@ -369,9 +369,8 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   } else {
     if (me == 0 && device_choice == DeviceChoice::kAuto && !cuda_info.gpus.empty())
       spdlog::info("device: cpu (--device auto and not every rank sees a GPU)");
-    const int threads = static_cast<int>(config.get_int("kernels.threads"));
-    int spin_us = static_cast<int>(config.get_int("kernels.spin_us"));
-    j->ctx = std::make_unique<kernels::Context>(threads, spin_us);
+    const int spin_us = static_cast<int>(config.get_int("kernels.spin_us"));
+    j->ctx = std::make_unique<kernels::Context>(cpu_context(config));
     // Ranks of one host that together run more kernel threads than it has CPUs (unbound ranks,
     // each taking every core): a spinning worker would hold a core another rank's thread
     // needs, so they sleep at once instead.
@@ -381,7 +380,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
     if (spin_us > 0 && j->ctx->pool().spin_us() > 0 && local_ranks * j->ctx->threads() > host_cpus) {
       spdlog::debug("rank {}: {} ranks x {} kernel threads on {} CPUs: kernel workers sleep without spinning", me,
                     local_ranks, j->ctx->threads(), host_cpus);
-      j->ctx = std::make_unique<kernels::Context>(threads, 0);
+      j->ctx = std::make_unique<kernels::Context>(cpu_context(config, 0));
     }
     // SWIFT verifies a token inside a tree of several rows; it must get the logits plain
     // decoding gives it alone (kernels/context.hpp).
@@ -393,6 +392,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   progress.step(fmt::format("loading each rank's shard (rank 0: layers {}-{})", lo.first_layer, lo.last_layer - 1));
   j->model = std::make_unique<LlamaModel>(*reader, cfg, *timed, *j->ctx, lo);
   auto& model = *j->model;
+  if (me == 0 && !model.weight_pages().empty()) spdlog::info("rank 0: {}", model.weight_pages());
   if (me == 0 && o.tp > 1)
     spdlog::info("TP all-reduce buffers: {}",
                  model.window_rows() > 0

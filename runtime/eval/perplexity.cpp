@@ -1,3 +1,4 @@
+#include "trellis/runtime/engine/device.hpp"
 #include "trellis/runtime/eval/perplexity.hpp"
 
 #include <spdlog/spdlog.h>
@@ -137,8 +138,7 @@ void load_shard(transport::Bootstrap& world, const Config& config, const Perplex
   lo.weight_dtype = o.dtype == "bf16" ? ElemType::kBF16 : ElemType::kF32;
   // native: GGUF blocks kept quantised, multiplied as llama.cpp does (8-bit activations).
   lo.weights_format = parse_weights_format(config.get_string("model.weights_format"), "model.weights_format");
-  sh.ctx = std::make_unique<kernels::Context>(static_cast<int>(config.get_int("kernels.threads")),
-        static_cast<int>(config.get_int("kernels.spin_us")));
+  sh.ctx = std::make_unique<kernels::Context>(cpu_context(config));
   sh.model = std::make_unique<LlamaModel>(*sh.reader, cfg, *sh.group, *sh.ctx, lo);
   if (variant.kind != Variant::kStandard) {
     VariantOptions vo;  // as trellis run: lp loads the paper's per-layer shards from the reader

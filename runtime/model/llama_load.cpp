@@ -26,6 +26,13 @@ struct Loader {
   const ModelConfig& cfg;
   kernels::ThreadPool& pool;  // host threads for reading (a GPU context's pool has one)
   bool native = false;  // WeightsFormat::kNative
+  // CPU weights are packed into one arena on huge pages (host_arena.hpp); a GPU's host
+  // staging is freed layer by layer, so it takes plain allocations (nullptr).
+  kernels::HostArena* arena = nullptr;
+
+  Tensor alloc(kernels::DType t, std::initializer_list<std::int64_t> shape) const {
+    return arena ? Tensor::empty(t, shape, *arena) : Tensor::empty(t, shape);
+  }
 
   // Checks `name` exists with shape `full`, then reads `slice` of it into dst: converted to
   // `type`, or (qtype a block type) copied as stored.
@@ -82,7 +89,7 @@ struct Loader {
   }
 
   Tensor vector_f32(const std::string& name, std::int64_t n) const {
-    Tensor t = Tensor::empty(kernels::DType::kF32, {n});
+    Tensor t = alloc(kernels::DType::kF32, {n});
     read(name, {n}, {0, 1, 0, n}, ElemType::kF32, t.ptr<float>());
     // Norm weights and biases are small and a flipped exponent bit in one turns a whole layer's
     // output into NaN or Inf: cheap to check at every load (trellis verify-model checks every
@@ -114,7 +121,10 @@ void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
   // A GPU context's pool has one thread; reading and converting a shard scales with cores.
   std::optional<kernels::ThreadPool> host_pool;
   if (gpu) host_pool.emplace(0);
-  const Loader ld{reader, cfg_, gpu ? *host_pool : ctx_.pool(), opt.weights_format == WeightsFormat::kNative};
+  std::optional<kernels::HostArena> arena;
+  if (!gpu) arena.emplace(kernels::HostArena::Options{.huge_pages = ctx_.huge_pages()});
+  const Loader ld{reader, cfg_, gpu ? *host_pool : ctx_.pool(), opt.weights_format == WeightsFormat::kNative,
+                  arena ? &*arena : nullptr};
   const auto& L = tp_layout_;
   const std::int64_t H = cfg_.hidden_size, hd = cfg_.head_dim, qc = L.q_cols(cfg_.head_dim),
                      kvc = L.kv_cols(cfg_.head_dim), q_full = std::int64_t{cfg_.num_heads} * hd,
@@ -138,12 +148,12 @@ void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
     const std::string qn = p + "self_attn.q_proj.weight", kn = p + "self_attn.k_proj.weight",
                       vn = p + "self_attn.v_proj.weight";
     kernels::DType qt = ld.keep_as({{qn, qs}, {kn, kvs}, {vn, kvs}});
-    y.wqkv = Tensor::empty(is_quantized(qt) ? qt : wdt, {qc + 2 * kvc, H});
+    y.wqkv = ld.alloc(is_quantized(qt) ? qt : wdt, {qc + 2 * kvc, H});
     ld.read(qn, {q_full, H}, qs, wtype_, row_ptr(y.wqkv, 0), qt);
     ld.read(kn, {kv_full, H}, kvs, wtype_, row_ptr(y.wqkv, qc), qt);
     ld.read(vn, {kv_full, H}, kvs, wtype_, row_ptr(y.wqkv, qc + kvc), qt);
     if (cfg_.attention_bias) {
-      y.bqkv = Tensor::empty(kernels::DType::kF32, {qc + 2 * kvc});
+      y.bqkv = ld.alloc(kernels::DType::kF32, {qc + 2 * kvc});
       float* b = y.bqkv.ptr<float>();
       ld.read(p + "self_attn.q_proj.bias", {q_full}, {0, 1, q0, q0 + qc}, ElemType::kF32, b);
       ld.read(p + "self_attn.k_proj.bias", {kv_full}, {0, 1, kv0, kv0 + kvc}, ElemType::kF32, b + qc);
@@ -152,17 +162,17 @@ void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
     const std::string on = p + "self_attn.o_proj.weight";
     const Slice os{0, H, q0, q0 + qc};
     qt = ld.keep_as({{on, os}});
-    y.wo = Tensor::empty(is_quantized(qt) ? qt : wdt, {H, qc});
+    y.wo = ld.alloc(is_quantized(qt) ? qt : wdt, {H, qc});
     ld.read(on, {H, q_full}, os, wtype_, y.wo.view().data, qt);
     const std::int64_t i0 = L.inter_begin;
     const Slice gs{i0, i0 + L.inter, 0, H}, ds{0, H, i0, i0 + L.inter};
     const std::string gn = p + "mlp.gate_proj.weight", un = p + "mlp.up_proj.weight", dn = p + "mlp.down_proj.weight";
     qt = ld.keep_as({{gn, gs}, {un, gs}});
-    y.w_gate_up = Tensor::empty(is_quantized(qt) ? qt : wdt, {2 * L.inter, H});
+    y.w_gate_up = ld.alloc(is_quantized(qt) ? qt : wdt, {2 * L.inter, H});
     ld.read(gn, {I, H}, gs, wtype_, row_ptr(y.w_gate_up, 0), qt);
     ld.read(un, {I, H}, gs, wtype_, row_ptr(y.w_gate_up, L.inter), qt);
     qt = ld.keep_as({{dn, ds}});
-    y.w_down = Tensor::empty(is_quantized(qt) ? qt : wdt, {H, L.inter});
+    y.w_down = ld.alloc(is_quantized(qt) ? qt : wdt, {H, L.inter});
     ld.read(dn, {H, I}, ds, wtype_, y.w_down.view().data, qt);
     // Host staging -> GPU one layer at a time, so host memory holds at most one layer.
     for (Tensor* t : {&y.in_norm, &y.post_norm, &y.wqkv, &y.bqkv, &y.wo, &y.w_gate_up, &y.w_down}) to_device(*t);
@@ -171,7 +181,7 @@ void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
   const Slice vocab_rows{L.vocab_begin, L.vocab_end, 0, H};
   if (has_embedding()) {
     const kernels::DType qt = ld.keep_as({{"model.embed_tokens.weight", vocab_rows}});
-    embed_ = Tensor::empty(is_quantized(qt) ? qt : wdt, {vl, H});
+    embed_ = ld.alloc(is_quantized(qt) ? qt : wdt, {vl, H});
     ld.read("model.embed_tokens.weight", {V, H}, vocab_rows, wtype_, embed_.view().data, qt);
     to_device(embed_);
   }
@@ -180,12 +190,13 @@ void LlamaModel::load(const CheckpointReader& reader, const LoadOptions& opt) {
     if (!(cfg_.tie_word_embeddings && has_embedding())) {
       const std::string name = cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
       const kernels::DType qt = ld.keep_as({{name, vocab_rows}});
-      lm_head_ = Tensor::empty(is_quantized(qt) ? qt : wdt, {vl, H});
+      lm_head_ = ld.alloc(is_quantized(qt) ? qt : wdt, {vl, H});
       ld.read(name, {V, H}, vocab_rows, wtype_, lm_head_.view().data, qt);
       to_device(lm_head_);
     }
     to_device(final_norm_);
   }
+  if (arena) weight_pages_ = kernels::describe_huge_pages(*arena, "weights");
 }
 
 WeightsFormat parse_weights_format(std::string_view text, std::string_view what) {

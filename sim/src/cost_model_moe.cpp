@@ -34,7 +34,6 @@ double attention_params_per_rank(const ModelSpec& m, int t) {
     // The down-projections (q_a, kv_a with their norms) are small and replicated on every TP
     // rank, as vLLM and SGLang hold them; q_b, kv_b and o are split by heads.
     const MlaShape& a = m.mla;
-    const double qk = a.qk_nope_head_dim + a.qk_rope_head_dim, n = m.heads;
     const double down = (a.q_lora_rank > 0 ? static_cast<double>(m.hidden) * a.q_lora_rank + a.q_lora_rank : 0) +
                         static_cast<double>(m.hidden) * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank;
     return down + (m.attention_params() - down) / t;

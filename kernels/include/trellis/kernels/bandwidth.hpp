@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "trellis/kernels/context.hpp"
@@ -29,7 +30,6 @@ struct TriadResult {
 class Triad {
  public:
   Triad(const Context& ctx, std::size_t array_bytes);
-  ~Triad();
   Triad(const Triad&) = delete;
   Triad& operator=(const Triad&) = delete;
 
@@ -42,6 +42,7 @@ class Triad {
   const Context& ctx_;
   int threads_ = 1;
   std::size_t per_thread_ = 0;  // doubles per thread
+  std::shared_ptr<std::byte> mem_[3];  // the arrays' memory (host_arena.hpp)
   double* a_ = nullptr;
   double* b_ = nullptr;
   double* c_ = nullptr;

@@ -145,6 +145,12 @@ class Context {
   void set_batch_invariant(bool on) { batch_invariant_ = on; }
   bool batch_invariant() const { return batch_invariant_; }
 
+  // Whether large long-lived host buffers made for this context (a model's weights, the
+  // read-limit and triad buffers) ask the kernel for 2 MiB pages (host_arena.hpp; setting
+  // kernels.huge_pages). On by default.
+  void set_huge_pages(bool on) { huge_pages_ = on; }
+  bool huge_pages() const { return huge_pages_; }
+
  private:
   struct CudaStateDeleter {
     void operator()(CudaState* s) const noexcept;
@@ -152,6 +158,7 @@ class Context {
   Device device_ = Device::kCpu;
   int gpu_ = -1;
   bool batch_invariant_ = false;
+  bool huge_pages_ = true;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<CudaState, CudaStateDeleter> cuda_;
 };

@@ -27,6 +27,7 @@
 #include <string_view>
 
 #include "trellis/core/half.hpp"
+#include "trellis/kernels/host_arena.hpp"
 
 namespace trellis::kernels {
 
@@ -128,6 +129,12 @@ class Tensor {
   static Tensor empty(DType t, std::initializer_list<std::int64_t> shape, Device d = Device::kCpu) {
     return empty(t, std::span<const std::int64_t>(shape.begin(), shape.size()), d);
   }
+  // Uninitialised host memory from `arena` (host_arena.hpp: packed, on huge pages where the
+  // kernel grants them); the tensor keeps its part of the arena alive.
+  static Tensor empty(DType t, std::span<const std::int64_t> shape, HostArena& arena);
+  static Tensor empty(DType t, std::initializer_list<std::int64_t> shape, HostArena& arena) {
+    return empty(t, std::span<const std::int64_t>(shape.begin(), shape.size()), arena);
+  }
   static Tensor zeros(DType t, std::span<const std::int64_t> shape, Device d = Device::kCpu);
   static Tensor zeros(DType t, std::initializer_list<std::int64_t> shape, Device d = Device::kCpu) {
     return zeros(t, std::span<const std::int64_t>(shape.begin(), shape.size()), d);
@@ -154,8 +161,11 @@ class Tensor {
     Free() noexcept : device(Device::kCpu) {}  // a constructor, not a member initialiser: GCC
     explicit Free(Device d) noexcept : device(d) {}  // needs it while Tensor is incomplete
     Device device;
+    // Set for arena memory: the block's owner, released instead of freeing the pointer.
+    mutable std::shared_ptr<std::byte> keep;
     void operator()(std::byte* p) const;
   };
+  static Tensor shaped(DType t, std::span<const std::int64_t> shape, Device d);
   std::unique_ptr<std::byte, Free> buf_;
   std::size_t bytes_ = 0;
   std::uint64_t serial_ = 0;

@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "trellis/core/config.hpp"
+#include "trellis/kernels/context.hpp"
 #include "trellis/kernels/library.hpp"
 #include "trellis/kernels/tensor.hpp"
 
@@ -30,5 +32,10 @@ struct DeviceBinding {
 // Throws kUnsupported for kCuda when no GPU is visible, with the CUDA runtime's reason
 // (info.why: backend not built, no driver, no device) — before anything is loaded.
 DeviceBinding bind_device(DeviceChoice choice, const kernels::CudaKernelsInfo& info, int local_index);
+
+// A CPU context as the settings ask for it: kernels.threads, kernels.spin_us (`spin_us` >= 0
+// overrides it) and kernels.huge_pages. Every command that loads a model on the CPU makes its
+// context here, so that none of them forgets a setting.
+kernels::Context cpu_context(const Config& config, int spin_us = -1);
 
 }  // namespace trellis::runtime

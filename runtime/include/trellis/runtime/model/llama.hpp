@@ -166,6 +166,9 @@ class LlamaModel {
   ElemType weight_dtype() const { return wtype_; }
   // Whether any weight is held block-quantised (WeightsFormat::kNative found some to keep).
   bool has_quantized_weights() const;
+  // How this rank's host weights are paged, for logs ("weights 258 MiB, 256 MiB of it on 2 MiB
+  // pages", or why they are on 4 KiB pages); empty on a GPU.
+  const std::string& weight_pages() const { return weight_pages_; }
   // Bytes of weights this rank holds, and those one decode token streams through.
   std::size_t weight_bytes() const;
   std::size_t decode_bytes_per_token() const;
@@ -267,6 +270,7 @@ class LlamaModel {
   TpLayout tp_layout_;
   int first_ = 0, last_ = 0;
   ElemType wtype_ = ElemType::kF32;
+  std::string weight_pages_;  // weight_pages()
   std::vector<Layer> layers_;
   kernels::Tensor embed_, final_norm_, lm_head_;  // lm_head_ empty when tied: use embed_
   kernels::RopeTable rope_;
