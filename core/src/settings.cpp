@@ -281,6 +281,11 @@ constexpr std::array kSettings = {
                 "Optimisation restarts when the acceptance rate over swift.acceptance_window drafts falls below this",
                 "", 0, 1},
     SettingSpec{"swift.acceptance_window", T::kInt, "64", "Draft tokens per acceptance check", "", 1, 1000000},
+    SettingSpec{"swift.ratio_tolerance", T::kDouble, "0.7",
+                "While optimisation runs, an acceptance window below this lowers swift.skip_ratio by swift.ratio_step "
+                "(the paper's footnote 3); 0: r stays fixed", "", 0, 1},
+    SettingSpec{"swift.ratio_step", T::kDouble, "0.1", "How much each such check lowers the skip ratio", "", 0, 1},
+    SettingSpec{"swift.min_skip_ratio", T::kDouble, "0.1", "The skip ratio is not lowered below this", "", 0, 1},
     SettingSpec{"swift.min_speedup", T::kDouble, "1.0",
                 "Drafting is turned off when the measured speedup over swift.speedup_window tokens is below this", "",
                 0, 100},

@@ -123,6 +123,9 @@ SwiftConfig swift_config(const Config& config, const ModelConfig& cfg, const Var
   s.epsilon = config.get_double("swift.epsilon");
   s.max_draft = static_cast<int>(config.get_int("swift.max_draft"));
   s.reenter_acceptance = config.get_double("swift.reenter_acceptance");
+  s.ratio_tolerance = config.get_double("swift.ratio_tolerance");
+  s.ratio_step = config.get_double("swift.ratio_step");
+  s.min_skip_ratio = config.get_double("swift.min_skip_ratio");
   s.acceptance_window = static_cast<int>(config.get_int("swift.acceptance_window"));
   s.min_speedup = config.get_double("swift.min_speedup");
   s.speedup_window = static_cast<int>(config.get_int("swift.speedup_window"));

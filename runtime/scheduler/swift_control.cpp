@@ -1,6 +1,7 @@
 #include "trellis/runtime/scheduler/swift_control.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "trellis/core/error.hpp"
 
@@ -26,6 +27,7 @@ SwiftControl::SwiftControl(SwiftConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.allowed) {
     opt_.emplace(cfg_.num_layers, cfg_.settings);
     rep_.sub_layers = 2 * cfg_.num_layers;
+    ratio_ = cfg_.settings.skip_ratio;
   }
 }
 
@@ -245,6 +247,23 @@ std::vector<SwiftControl::Commit> SwiftControl::complete(const ScheduleOutput& s
   return out;
 }
 
+// The paper's footnote 3: a draft that skips this much is too unlike the target for the
+// search to find a set it accepts, so the search continues with fewer skipped sub-layers.
+void SwiftControl::lower_ratio(double alpha) {
+  const auto& set = cfg_.settings;
+  const double next = ratio_ - set.ratio_step;
+  const int sub_layers = 2 * cfg_.num_layers;
+  const int budget = static_cast<int>(std::lround(next * sub_layers));
+  if (next < set.min_skip_ratio - 1e-9 || budget < 1 || budget >= opt_->budget()) return;
+  notes_.push_back(fmt::format("swift: acceptance {:.2f} over the last {} drafts is below {:.2f} while optimising: "
+                               "skip ratio {:.2f} -> {:.2f} ({} -> {} of {} sub-layers)",
+                               alpha, win_drafts_, set.ratio_tolerance, ratio_, next, opt_->budget(), budget,
+                               sub_layers));
+  opt_->set_budget(budget);
+  ratio_ = next;
+  ++rep_.ratio_lowered;
+}
+
 void SwiftControl::judge(double) {
   const auto& set = cfg_.settings;
   // Re-enter optimisation when acceptance falls (e.g. the stream changed domain).
@@ -255,6 +274,8 @@ void SwiftControl::judge(double) {
       ++rep_.restarts;
       notes_.push_back(fmt::format("swift: acceptance {:.2f} over the last {} drafts is below {:.2f}: optimising the "
                                    "skip set again", alpha, win_drafts_, set.reenter_acceptance));
+    } else if (!opt_->finished() && alpha < set.ratio_tolerance) {
+      lower_ratio(alpha);
     }
     win_drafts_ = win_accepted_ = 0;
   }
@@ -316,6 +337,7 @@ SwiftReport SwiftControl::report() const {
     r.skipped = swift::count_skipped(opt_->best());
     r.best_matchness = opt_->best_matchness();
     r.stop_reason = opt_->stop_reason();
+    r.skip_ratio = ratio_;
   }
   return r;
 }

@@ -84,7 +84,7 @@ SkipSet LayerSkipOptimizer::propose() {
   last_was_bayes_ = false;
   if (best_matchness_ < 0.0) return best_;
   const int step = steps_ + 1;
-  if (step % settings_.bayes_interval == 0 && history_.size() >= 2) {
+  if (step % settings_.bayes_interval == 0 && training_indices().size() >= 2) {
     last_was_bayes_ = true;
     ++bayes_proposals_;
     return bayes_set();
@@ -133,9 +133,11 @@ SkipSet LayerSkipOptimizer::random_set() {
 }
 
 std::vector<int> LayerSkipOptimizer::training_indices() const {
-  const int n = static_cast<int>(history_.size());
-  std::vector<int> all(static_cast<std::size_t>(n));
-  std::iota(all.begin(), all.end(), 0);
+  // Sets scored under the current budget only (set_budget).
+  std::vector<int> all;
+  for (int i = 0; i < static_cast<int>(history_.size()); ++i)
+    if (history_[static_cast<std::size_t>(i)].skipped == budget_) all.push_back(i);
+  const int n = static_cast<int>(all.size());
   if (n <= kGpMaxPoints) return all;
   // Best first; among equal scores the more recent first.
   std::vector<int> by_score = all;
@@ -144,14 +146,15 @@ std::vector<int> LayerSkipOptimizer::training_indices() const {
     const double mb = history_[static_cast<std::size_t>(b)].matchness;
     return ma != mb ? ma > mb : a > b;
   });
-  std::vector<char> taken(static_cast<std::size_t>(n), 0);
+  std::vector<char> taken(history_.size(), 0);
   std::vector<int> out;
   out.reserve(kGpMaxPoints);
   for (int i = 0; i < kGpBestPoints; ++i) {
     out.push_back(by_score[static_cast<std::size_t>(i)]);
     taken[static_cast<std::size_t>(by_score[static_cast<std::size_t>(i)])] = 1;
   }
-  for (int i = n - 1; i >= 0 && static_cast<int>(out.size()) < kGpMaxPoints; --i) {
+  for (int k = n - 1; k >= 0 && static_cast<int>(out.size()) < kGpMaxPoints; --k) {
+    const int i = all[static_cast<std::size_t>(k)];
     if (taken[static_cast<std::size_t>(i)] == 0) out.push_back(i);
   }
   return out;
@@ -242,8 +245,10 @@ void LayerSkipOptimizer::report(const SkipSet& z, double matchness) {
   if (!(matchness >= 0.0 && matchness <= 1.0)) {
     throw_error(ErrorCode::kInvalidArgument, "swift: matchness must be in [0, 1] (got {})", matchness);
   }
-  history_.push_back({z, matchness});
+  history_.push_back({z, matchness, count_skipped(z)});
   seen_.insert(z);
+  // A set of another budget (scored while set_budget changed it) is history, not a step.
+  if (history_.back().skipped != budget_) return;
   ++steps_;
   if (matchness > best_matchness_) {
     best_ = z;
@@ -261,6 +266,29 @@ std::string LayerSkipOptimizer::stop_reason() const {
   if (stale_ >= settings_.patience) return fmt::format("{} steps without improvement", stale_);
   if (steps_ >= settings_.max_steps) return fmt::format("{} steps", steps_);
   return "";
+}
+
+void LayerSkipOptimizer::set_budget(int budget) {
+  if (budget < 1 || budget >= sub_layers_)
+    throw_error(ErrorCode::kInvalidArgument, "swift: a skip budget of {} sub-layers is outside [1, {}) for this model",
+                budget, sub_layers_);
+  std::vector<std::size_t> on, off;
+  for (std::size_t i = 0; i < best_.size(); ++i) (best_[i] != 0 ? on : off).push_back(i);
+  // Random ones (not, say, the last): the scores say nothing yet about which sub-layer of
+  // the best set matters least, and the search refines from here.
+  while (static_cast<int>(on.size()) > budget) {
+    const std::size_t k = random_below(rng_, on.size());
+    best_[on[k]] = 0;
+    on.erase(on.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+  while (static_cast<int>(on.size()) < budget) {
+    const std::size_t k = random_below(rng_, off.size());
+    best_[off[k]] = 1;
+    on.push_back(off[k]);
+    off.erase(off.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+  budget_ = budget;
+  restart();
 }
 
 void LayerSkipOptimizer::restart() {

@@ -41,6 +41,9 @@ void validate(const SwiftSettings& s) {
   require_int_range("max_draft", s.max_draft, 1, 64);
   require_real_range("reenter_acceptance", s.reenter_acceptance, 0.0, 1.0, false, false);
   require_at_least("acceptance_window", s.acceptance_window, 1);
+  require_real_range("ratio_tolerance", s.ratio_tolerance, 0.0, 1.0, false, false);
+  require_real_range("ratio_step", s.ratio_step, 0.0, 1.0, true, true);
+  require_real_range("min_skip_ratio", s.min_skip_ratio, 0.0, 1.0, true, true);
   if (!(s.min_speedup >= 0.0) || !std::isfinite(s.min_speedup)) {
     throw_error(ErrorCode::kInvalidArgument, "swift.min_speedup must be a finite number >= 0 (got {})", s.min_speedup);
   }

@@ -93,9 +93,12 @@ std::string to_text(const RunSummary& s) {
     const auto& w = *s.swift;
     const double t = std::max(1e-12, w.opt_s + w.draft_s + w.verify_s);
     o += fmt::format("swift: M {:.2f} tokens/verify · acceptance {:.2f} ({} of {} drafts) · skip {} of {} sub-layers "
-                     "({}) · matchness {:.3f}\n",
+                     "({}{}) · matchness {:.3f}\n",
                      w.mean_generated_length(), w.acceptance_rate(), w.accepted, w.draft_steps, w.skipped,
-                     w.sub_layers, w.skip_set, w.best_matchness);
+                     w.sub_layers, w.skip_set,
+                     w.ratio_lowered > 0 ? fmt::format("; r lowered {} times to {:.2f}", w.ratio_lowered, w.skip_ratio)
+                                         : std::string(),
+                     w.best_matchness);
     o += fmt::format("swift: time optimise {:.1f}% ({} steps{}) · draft {:.1f}% · verify {:.1f}% · speedup {:.2f}x over "
                      "a plain token of {} (calibrated){}\n",
                      100 * w.opt_s / t, w.opt_steps, w.stop_reason.empty() ? ", still running" : ", " + w.stop_reason,
@@ -158,6 +161,8 @@ std::string to_json_text(const RunSummary& s) {
                   {"optimisation_steps", w.opt_steps},
                   {"optimisation_stop", w.stop_reason},
                   {"restarts", w.restarts},
+                  {"skip_ratio", w.skip_ratio},
+                  {"skip_ratio_lowered", w.ratio_lowered},
                   {"skip_set", w.skip_set},
                   {"skipped_sub_layers", w.skipped},
                   {"sub_layers", w.sub_layers},

@@ -3,7 +3,8 @@
 # greedy outputs with --swift at p x t in {1x1, 2x1, 1x2, 2x2} equal plain decoding token for
 # token, with continuous batching (several sequences per group: one with "swift": false, one
 # with penalties, which decodes plainly and says why, one sampled, which drafts with
-# speculative sampling), stop tokens and max_tokens; every output, sampled ones included, is
+# speculative sampling), stop tokens and max_tokens; r lowered while acceptance stays low
+# keeps them too; every output, sampled ones included, is
 # the same at every layout; every run drafted, verified, optimised and moved accepted
 # alternatives (the JSON says how much); speculative sampling gives the same distribution of
 # tokens as plain sampling over 400 seeds (a two-sample chi-square test); bad settings, a
@@ -56,6 +57,23 @@ for layout in "1 1" "2 1" "1 2" "2 2"; do
     "$W/$name.log" || fail "no note for the request with penalties"
   echo "ok: --swift pp=$1 tp=$2 token-identical to plain ($d drafts, $a accepted of which $alt alternatives moved in the KV cache, $v verifies, $o optimisation steps, $saved all-reduces saved)"
 done
+
+# The paper's footnote 3: while optimisation runs, a window of drafts accepted below
+# swift.ratio_tolerance lowers r by swift.ratio_step (not below swift.min_skip_ratio); the
+# optimiser continues with the smaller budget and the outputs stay those of plain decoding.
+SW_LOW=(--set swift.skip_ratio=0.75 --set swift.max_steps=100000 --set swift.patience=100000
+        --set swift.acceptance_window=8 --set swift.ratio_tolerance=0.99 --set swift.min_skip_ratio=0.5)
+timeout 120 "${MPI[@]}" -np 1 "$T" "${SW[@]}" "${SW_LOW[@]}" run --prompts "$W/prompts.jsonl" --max-seqs 8 --swift \
+  --out "$W/lower.jsonl" --json > "$W/lower.log" 2>&1 || { cat "$W/lower.log"; fail "lower exited"; }
+cmp -s <(greedy_only "$W/ref.jsonl") <(greedy_only "$W/lower.jsonl") || {
+  diff <(greedy_only "$W/ref.jsonl") <(greedy_only "$W/lower.jsonl"); fail "--swift with r lowered differs from plain"; }
+lowered=$(swift_json lower skip_ratio_lowered); r=$(swift_json lower skip_ratio); k=$(swift_json lower skipped_sub_layers)
+n=$(swift_json lower sub_layers)
+[ "$lowered" -ge 1 ] || fail "r was never lowered (acceptance $(swift_json lower acceptance_rate))"
+python3 -c "import sys; r,k,n=float(sys.argv[1]),int(sys.argv[2]),int(sys.argv[3]); sys.exit(0 if 0.5-1e-9<=r<0.75 and k==round(r*n) else 1)" \
+  "$r" "$k" "$n" || fail "r $r with $k of $n sub-layers skipped: not lowered within [0.5, 0.75) or the skip set has another size"
+grep -q 'skip ratio 0.75 -> 0.65' "$W/lower.log" || fail "no note saying r was lowered"
+echo "ok: r lowered $lowered times to $r ($k of $n sub-layers) while acceptance stayed low; outputs identical to plain"
 
 # Speculative sampling keeps the distribution: 600 seeds of one prompt, plain and with SWIFT;
 # the second and third tokens (drafted and verified under SWIFT; the first comes from the

@@ -177,12 +177,17 @@ TEST(Planner, ImpossibleSloListsTheClosestMissesWithHowFar) {
     EXPECT_GT(c.miss, 1);
     EXPECT_NEAR(c.miss, c.prediction.tpot_s / 5e-3, 1e-9);
     EXPECT_NE(c.slo_miss.find("%)"), std::string::npos) << c.slo_miss;
-    if (i > 0) EXPECT_GE(c.miss, res.closest[i - 1].miss);
+    if (i > 0) {
+      EXPECT_GE(c.miss, res.closest[i - 1].miss);
+    }
     EXPECT_TRUE(grids.insert({c.replicas, c.layout.p, c.layout.t}).second) << "one row per grid";
   }
   // Every rejected layout that fits misses by at least as much as the first listed.
-  for (const auto& c : res.rejected)
-    if (c.prediction.feasible) EXPECT_GE(c.miss, res.closest.front().miss);
+  for (const auto& c : res.rejected) {
+    if (c.prediction.feasible) {
+      EXPECT_GE(c.miss, res.closest.front().miss);
+    }
+  }
   // Nothing fits in memory: the closest by memory, needed / usable.
   PlanRequest big = request("llama-3.1-405b", 1, 2);
   PlanResult none = plan(big);

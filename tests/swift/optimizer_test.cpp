@@ -225,6 +225,38 @@ TEST(SwiftOptimizer, RestartKeepsTheBestSetButRescoresIt) {
   EXPECT_EQ(opt.best(), challenger);
 }
 
+TEST(SwiftOptimizer, LoweringTheBudgetKeepsPartOfTheBestSetAndProposesOnlyTheNewBudget) {
+  SwiftSettings s;
+  s.bayes_interval = 3;  // GP proposals after the change must train on the new budget only
+  s.patience = 1000;
+  LayerSkipOptimizer opt(10, s);  // 20 sub-layers, r 0.5: 10 skipped
+  std::mt19937_64 g(5);
+  for (int i = 0; i < 12; ++i) opt.report(opt.propose(), static_cast<double>(g() % 60) / 100.0);
+  const SkipSet before = opt.best();
+  ASSERT_EQ(count_skipped(before), 10);
+  opt.set_budget(8);
+  EXPECT_EQ(opt.budget(), 8);
+  EXPECT_EQ(count_skipped(opt.best()), 8);
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    if (opt.best()[i] != 0) {
+      EXPECT_NE(before[i], 0) << "sub-layer " << i << " was not skipped before";
+    }
+  }
+  EXPECT_EQ(opt.best_matchness(), -1.0);  // a new round: the old score is of another budget
+  EXPECT_EQ(opt.steps(), 0);
+  EXPECT_EQ(opt.propose(), opt.best());
+  const int bayes_before = opt.bayes_proposals();
+  for (int i = 0; i < 15; ++i) {
+    const SkipSet z = opt.propose();
+    EXPECT_EQ(count_skipped(z), 8) << "proposal " << i << (opt.last_proposal_was_bayes() ? " (GP)" : " (random)");
+    opt.report(z, static_cast<double>(g() % 90) / 100.0);
+  }
+  EXPECT_GT(opt.bayes_proposals(), bayes_before);
+  EXPECT_EQ(count_skipped(opt.best()), 8);
+  EXPECT_THROW(opt.set_budget(0), Error);
+  EXPECT_THROW(opt.set_budget(20), Error);
+}
+
 TEST(SwiftOptimizer, IsDeterministicGivenTheSeed) {
   SwiftSettings s;
   s.bayes_interval = 4;

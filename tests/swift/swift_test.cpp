@@ -56,6 +56,11 @@ TEST(SwiftSettings, ValidateNamesTheBadField) {
             std::string::npos);
   EXPECT_NE(bad([](SwiftSettings& s) { s.acceptance_window = 0; }).find("swift.acceptance_window"),
             std::string::npos);
+  EXPECT_NE(bad([](SwiftSettings& s) { s.ratio_tolerance = 1.5; }).find("swift.ratio_tolerance"), std::string::npos);
+  EXPECT_NE(bad([](SwiftSettings& s) { s.ratio_step = 0.0; }).find("swift.ratio_step"), std::string::npos);
+  EXPECT_NE(bad([](SwiftSettings& s) { s.min_skip_ratio = 1.0; }).find("swift.min_skip_ratio"), std::string::npos);
+  EXPECT_NE(bad([](SwiftSettings& s) { s.min_skip_ratio = std::nan(""); }).find("swift.min_skip_ratio"),
+            std::string::npos);
   EXPECT_NE(bad([](SwiftSettings& s) { s.min_speedup = -1.0; }).find("swift.min_speedup"), std::string::npos);
   EXPECT_NE(bad([](SwiftSettings& s) { s.speedup_window = 0; }).find("swift.speedup_window"), std::string::npos);
   // Range ends that are allowed.

@@ -67,6 +67,8 @@ struct SwiftReport {
   std::int64_t sublayers_skipped = 0; // sub-layer computations left out (drafts and optimisation)
   std::int64_t alternatives = 0;   // accepted tree alternatives (each moved into place in the KV cache)
   int restarts = 0;                // re-entries into optimisation
+  double skip_ratio = 0;           // r at the end (lowered while acceptance stayed low)
+  int ratio_lowered = 0;           // times r was lowered
   double opt_s = 0, draft_s = 0, verify_s = 0;  // iteration round trips by kind
   double plain_step_s = 0;         // calibrated plain decode time per token (median)
   std::string skip_set;            // best skip set found (swift::describe)
@@ -150,6 +152,7 @@ class SwiftControl {
   void add_seq(ScheduleOutput& s, const SeqView& v, SeqState& st, std::int32_t pos,
                std::span<const std::int32_t> tokens);
   void judge(double now);
+  void lower_ratio(double alpha);
 
   SwiftConfig cfg_;
   std::optional<swift::LayerSkipOptimizer> opt_;
@@ -164,6 +167,7 @@ class SwiftControl {
   std::int64_t win_drafts_ = 0, win_accepted_ = 0, win_tokens_ = 0;
   double win_time_ = 0, win_accel_time_ = 0;
   std::vector<std::string> notes_;
+  double ratio_ = 0;  // the skip ratio the optimiser's budget was made from
 };
 
 }  // namespace trellis::runtime

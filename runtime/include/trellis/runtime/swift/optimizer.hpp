@@ -56,6 +56,8 @@ class LayerSkipOptimizer {
 
   // One optimisation step done: z (size 2L, any number skipped) scored `matchness` in
   // [0, 1]. Throws kInvalidArgument otherwise. A strictly higher matchness replaces best().
+  // A set whose skip count is not the current budget (proposed before set_budget) is kept
+  // in the history only: it is not a step and cannot become best().
   void report(const SkipSet& z, double matchness);
 
   bool finished() const { return !stop_reason().empty(); }
@@ -73,6 +75,13 @@ class LayerSkipOptimizer {
   // context before challengers are compared with it.
   void restart();
 
+  // Changes how many sub-layers every candidate skips (the engine lowers r while acceptance
+  // stays low: the paper's footnote 3). best() keeps the sub-layers it skipped, minus (or
+  // plus) randomly chosen ones; then a new round starts as restart() does. Only sets of the
+  // new budget train the GP from then on (matchness is not comparable across budgets).
+  // Throws kInvalidArgument unless 1 <= budget < 2L.
+  void set_budget(int budget);
+
   // Introspection for logs and tests.
   int num_layers() const { return num_layers_; }
   int budget() const { return budget_; }
@@ -89,6 +98,7 @@ class LayerSkipOptimizer {
   struct Scored {
     SkipSet z;
     double matchness;
+    int skipped;  // count_skipped(z): the budget it was proposed under
   };
   SkipSet random_set();
   std::optional<SkipSet> random_swap_of_best();

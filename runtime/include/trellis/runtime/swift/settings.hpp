@@ -32,6 +32,12 @@ struct SwiftSettings {
   int max_draft = 25;        // N_D
   double reenter_acceptance = 0.5; // acceleration re-enters optimisation when the acceptance rate over a window falls below this
   int acceptance_window = 64;      // draft tokens in that window
+  // The paper's footnote 3 (LLaMA-3-70B: r lowered from 0.5 to 0.4 while α stayed below a
+  // tolerance of 0.7): while optimisation runs, an acceptance window with α below
+  // ratio_tolerance lowers r by ratio_step, not below min_skip_ratio. 0 turns it off.
+  double ratio_tolerance = 0.7;
+  double ratio_step = 0.1;
+  double min_skip_ratio = 0.1;
   double min_speedup = 1.0;  // drafting is turned off for a stream when the measured speedup stays below this...
   int speedup_window = 128;  // ...over this many generated tokens
   std::uint64_t seed = 1;
@@ -41,7 +47,8 @@ struct SwiftSettings {
 // allowed range, e.g. "swift.gamma must be >= 1 (got 0)". Ranges: gamma in [1, 1024],
 // bayes_interval >= 1, max_steps >= 0, patience >= 1, target_matchness in (0, 1],
 // skip_ratio in (0, 1), epsilon in [0, 1], max_draft in [1, 64], reenter_acceptance in
-// [0, 1], acceptance_window >= 1, min_speedup >= 0, speedup_window >= 1. NaN is refused.
+// [0, 1], acceptance_window >= 1, ratio_tolerance in [0, 1], ratio_step in (0, 1),
+// min_skip_ratio in (0, 1), min_speedup >= 0, speedup_window >= 1. NaN is refused.
 void validate(const SwiftSettings& s);
 
 // Number of sub-layers every candidate skips: round(skip_ratio * 2 * num_layers).
