@@ -26,7 +26,9 @@ TEST(Catalog, KvBytesFollowGqa) {
 TEST(Catalog, DenseAndSparseKeptApart) {
   for (const auto& d : device_catalog()) {
     EXPECT_FALSE(d.source.empty()) << d.name;
-    if (d.sparse_flops_bf16 > 0) EXPECT_NEAR(d.sparse_flops_bf16 / d.dense_flops_bf16, 2.0, 0.05) << d.name;
+    if (d.sparse_flops_bf16 > 0) {
+      EXPECT_NEAR(d.sparse_flops_bf16 / d.dense_flops_bf16, 2.0, 0.05) << d.name;
+    }
   }
   EXPECT_DOUBLE_EQ(find_device("h100").dense_flops_bf16, 989e12);
   EXPECT_EQ(find_device("H100_SXM").name, "H100-SXM");

@@ -106,7 +106,9 @@ TEST_P(Stream, StructureAwareSteadyStateHasNoMetadata) {
   EXPECT_EQ(st.messages, 1 + 2 * rows.size());  // one schema message, then one per tensor
   EXPECT_GT(st.metadata_bytes, 0u);
   EXPECT_LT(st.metadata_bytes, 200u);  // that one schema message, nothing per iteration
-  if (!sender_) EXPECT_LE(st.reallocations, 3u);  // first allocation of each buffer set only
+  if (!sender_) {  // first allocation of each buffer set only
+    EXPECT_LE(st.reallocations, 3u);
+  }
 }
 
 TEST_P(Stream, MetadataBytesDoNotGrowAfterTheFirstIteration) {
@@ -142,7 +144,9 @@ TEST_P(Stream, LargerBatchGrowsBuffersWithoutMessages) {
   if (!pair_active_) return;
   EXPECT_EQ(st.schema_exchanges, 1u);
   EXPECT_EQ(st.messages, 1 + 2 * rows.size());
-  if (!sender_) EXPECT_GT(st.reallocations, 3u);
+  if (!sender_) {
+    EXPECT_GT(st.reallocations, 3u);
+  }
 }
 
 // A new tensor from iteration 6 on, while the receiver has iterations 6 and 7 posted with

@@ -269,7 +269,9 @@ TEST(Progress, OneLinePerStepAndQuietWhenDisabled) {
   EXPECT_EQ(out.find('\r'), std::string::npos);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3);
   // Under ctest stderr is no terminal: the default stream stays quiet even when enabled.
-  if (!Progress::stderr_is_terminal()) EXPECT_FALSE(Progress("x", 1, true).active());
+  if (!Progress::stderr_is_terminal()) {
+    EXPECT_FALSE(Progress("x", 1, true).active());
+  }
 }
 
 }  // namespace
