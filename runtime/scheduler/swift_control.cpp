@@ -251,16 +251,22 @@ std::vector<SwiftControl::Commit> SwiftControl::complete(const ScheduleOutput& s
 // search to find a set it accepts, so the search continues with fewer skipped sub-layers.
 void SwiftControl::lower_ratio(double alpha) {
   const auto& set = cfg_.settings;
-  const double next = ratio_ - set.ratio_step;
   const int sub_layers = 2 * cfg_.num_layers;
-  const int budget = static_cast<int>(std::lround(next * sub_layers));
-  if (next < set.min_skip_ratio - 1e-9 || budget < 1 || budget >= opt_->budget()) return;
+  // Steps too small to change the whole number of skipped sub-layers add up until one does.
+  double next = ratio_;
+  int budget = opt_->budget();
+  while (budget >= opt_->budget()) {
+    next -= set.ratio_step;
+    if (next < set.min_skip_ratio - 1e-9) return;
+    budget = static_cast<int>(std::lround(next * sub_layers));
+  }
+  if (budget < 1) return;
   notes_.push_back(fmt::format("swift: acceptance {:.2f} over the last {} drafts is below {:.2f} while optimising: "
                                "skip ratio {:.2f} -> {:.2f} ({} -> {} of {} sub-layers)",
                                alpha, win_drafts_, set.ratio_tolerance, ratio_, next, opt_->budget(), budget,
                                sub_layers));
   opt_->set_budget(budget);
-  ratio_ = next;
+  ratio_ = std::round(next * 1e6) / 1e6;  // 0.55, not 0.5499999999999998, in the report
   ++rep_.ratio_lowered;
 }
 

@@ -61,8 +61,11 @@ done
 # The paper's footnote 3: while optimisation runs, a window of drafts accepted below
 # swift.ratio_tolerance lowers r by swift.ratio_step (not below swift.min_skip_ratio); the
 # optimiser continues with the smaller budget and the outputs stay those of plain decoding.
+# Steps of 0.05 on 8 sub-layers: 0.70 still rounds to 6 skipped, so the first change lands at
+# 0.65 (5 skipped) — steps too small to change the count add up.
 SW_LOW=(--set swift.skip_ratio=0.75 --set swift.max_steps=100000 --set swift.patience=100000
-        --set swift.acceptance_window=8 --set swift.ratio_tolerance=0.99 --set swift.min_skip_ratio=0.5)
+        --set swift.acceptance_window=8 --set swift.ratio_tolerance=0.99 --set swift.ratio_step=0.05
+        --set swift.min_skip_ratio=0.5)
 timeout 120 "${MPI[@]}" -np 1 "$T" "${SW[@]}" "${SW_LOW[@]}" run --prompts "$W/prompts.jsonl" --max-seqs 8 --swift \
   --out "$W/lower.jsonl" --json > "$W/lower.log" 2>&1 || { cat "$W/lower.log"; fail "lower exited"; }
 cmp -s <(greedy_only "$W/ref.jsonl") <(greedy_only "$W/lower.jsonl") || {
