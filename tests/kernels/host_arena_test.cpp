@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "trellis/core/error.hpp"
@@ -97,6 +100,33 @@ TEST(HostArena, SmapsCountsEachMappingOnceAndOnlyItsOverlap) {
   EXPECT_EQ(smaps_huge_bytes("", third), 0u);
 }
 
+// The VmFlags line of the mapping that holds `p` in /proc/self/smaps ("" if none): "hg" in it
+// means madvise(MADV_HUGEPAGE) was applied, whatever the kernel then granted.
+std::string vm_flags_of(const void* p) {
+  std::ifstream in("/proc/self/smaps");
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    const auto dash = line.find('-'), space = line.find(' ');
+    if (dash != std::string::npos && space != std::string::npos && dash < space && line.find(':') > space) {
+      const auto lo = std::stoull(line.substr(0, dash), nullptr, 16);
+      const auto hi = std::stoull(line.substr(dash + 1, space - dash - 1), nullptr, 16);
+      inside = lo <= a && a < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line + " ";
+    }
+  }
+  return "";
+}
+
+TEST(HostArena, AsksForHugePagesOnlyWhenTold) {
+  HostArena on({.huge_pages = true}), off({.huge_pages = false});
+  auto a = on.allocate(4 * kMiB), b = off.allocate(4 * kMiB);
+  EXPECT_NE(vm_flags_of(a.get()).find(" hg "), std::string::npos) << vm_flags_of(a.get());
+  EXPECT_EQ(vm_flags_of(b.get()).find(" hg "), std::string::npos) << vm_flags_of(b.get());
+}
+
 TEST(HostArena, DescribesWhatTheKernelGranted) {
   HostArena off({.huge_pages = false});
   auto a = off.allocate(8 * kMiB);
@@ -114,11 +144,12 @@ TEST(HostArena, DescribesWhatTheKernelGranted) {
   if (mode == "never" || mode == "unavailable") {
     EXPECT_NE(text.find("transparent huge pages are " + mode), std::string::npos) << text;
   } else {
-    // madvise or always: the kernel backs at least part of 8 touched, aligned MiB with 2 MiB
-    // pages (it may fall back per page when memory is fragmented, so not all of it).
-    EXPECT_GT(on.huge_page_bytes(), 0u) << "THP mode " << mode << ": " << text;
+    // madvise or always: how much of it the kernel backs with 2 MiB pages depends on how
+    // fragmented memory is (it falls back per page), so the figure is bounded, not fixed;
+    // that the request was made is AsksForHugePagesOnlyWhenTold's check.
     EXPECT_LE(on.huge_page_bytes(), on.reserved_bytes());
     EXPECT_NE(text.find("of it on 2 MiB pages"), std::string::npos) << text;
+    std::printf("THP %s: %zu of 8 touched MiB on 2 MiB pages\n", mode.c_str(), on.huge_page_bytes() >> 20);
   }
 }
 
