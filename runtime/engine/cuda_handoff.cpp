@@ -25,126 +25,126 @@ void check(cudaError_t e, const char* call, int gpu) {
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
-class Slots final : public IpcSlots {
+// Whether the work before the event's latest record has finished: then a stream wait on it
+// is one API call on the hand-off's critical path for nothing. The protocol makes the latest
+// record the one the wait is for (stage_handoff.cpp); anything but success (not ready, or an
+// error, which the stream wait then reports) means wait.
+bool completed(cudaEvent_t e) { return cudaEventQuery(e) == cudaSuccess; }
+
+class Target final : public IpcTarget {
  public:
-  Slots(int gpu, std::size_t bytes) : gpu_(gpu), bytes_(bytes) {
+  Target(int gpu, void* dst, std::size_t bytes) : gpu_(gpu), dst_(dst), bytes_(bytes) {
+    if (!dst_) throw_error(ErrorCode::kInternal, "CUDA IPC hand-off: no destination buffer on GPU {}", gpu_);
     try {
       HANDOFF_CUDA(gpu_, cudaSetDevice(gpu_));
-      for (int i = 0; i < kIpcSlots; ++i) {
-        HANDOFF_CUDA(gpu_, cudaMalloc(&mem_[i], bytes_));
-        // Interprocess events must not time (cudaIpcGetEventHandle refuses timing events).
-        HANDOFF_CUDA(gpu_, cudaEventCreateWithFlags(&filled_[i], cudaEventInterprocess | cudaEventDisableTiming));
-        HANDOFF_CUDA(gpu_, cudaEventCreateWithFlags(&consumed_[i], cudaEventInterprocess | cudaEventDisableTiming));
-        // Recorded once on the null stream so that the sender's first wait on it (never
-        // before a credit, see stage_handoff.cpp) and a stray query see a completed event.
-        HANDOFF_CUDA(gpu_, cudaEventRecord(consumed_[i], nullptr));
-      }
+      // The exported handle maps the whole allocation at the opener: `dst` must be its base,
+      // or the sender would write at the wrong offset.
+      cudaPointerAttributes attr{};
+      HANDOFF_CUDA(gpu_, cudaPointerGetAttributes(&attr, dst_));
+      if (attr.type != cudaMemoryTypeDevice)
+        throw_error(ErrorCode::kInternal, "CUDA IPC hand-off: the destination is not device memory of GPU {}", gpu_);
+      // Interprocess events must not time (cudaIpcGetEventHandle refuses timing events).
+      HANDOFF_CUDA(gpu_, cudaEventCreateWithFlags(&filled_, cudaEventInterprocess | cudaEventDisableTiming));
+      HANDOFF_CUDA(gpu_, cudaEventCreateWithFlags(&consumed_, cudaEventInterprocess | cudaEventDisableTiming));
+      // Recorded once on the null stream so that a stray query sees a completed event (the
+      // sender's first copy waits on nothing: put(first = true)).
+      HANDOFF_CUDA(gpu_, cudaEventRecord(consumed_, nullptr));
       HANDOFF_CUDA(gpu_, cudaDeviceSynchronize());
     } catch (...) {
       release();
       throw;
     }
   }
-  ~Slots() override { release(); }
+  ~Target() override { release(); }
 
   std::vector<std::byte> export_handles() const override {
     std::vector<std::byte> out(kIpcExportBytes);
-    std::byte* p = out.data();
-    for (int i = 0; i < kIpcSlots; ++i, p += kIpcHandleBytes) {
-      cudaIpcMemHandle_t h;
-      HANDOFF_CUDA(gpu_, cudaIpcGetMemHandle(&h, mem_[i]));
+    cudaIpcMemHandle_t mh;
+    HANDOFF_CUDA(gpu_, cudaIpcGetMemHandle(&mh, dst_));
+    std::memcpy(out.data(), &mh, kIpcHandleBytes);
+    std::byte* p = out.data() + kIpcHandleBytes;
+    for (cudaEvent_t ev : {filled_, consumed_}) {
+      cudaIpcEventHandle_t h;
+      HANDOFF_CUDA(gpu_, cudaIpcGetEventHandle(&h, ev));
       std::memcpy(p, &h, kIpcHandleBytes);
+      p += kIpcHandleBytes;
     }
-    for (cudaEvent_t const* evs : {filled_, consumed_})
-      for (int i = 0; i < kIpcSlots; ++i, p += kIpcHandleBytes) {
-        cudaIpcEventHandle_t h;
-        HANDOFF_CUDA(gpu_, cudaIpcGetEventHandle(&h, evs[i]));
-        std::memcpy(p, &h, kIpcHandleBytes);
-      }
     return out;
   }
-  std::size_t slot_bytes() const override { return bytes_; }
+  std::size_t bytes() const override { return bytes_; }
 
-  void take(int slot, void* dst, std::size_t bytes, void* stream) override {
+  void arrived(void* stream) override {
     HANDOFF_CUDA(gpu_, cudaSetDevice(gpu_));
-    HANDOFF_CUDA(gpu_, cudaStreamWaitEvent(as_stream(stream), filled_[slot], 0));
-    HANDOFF_CUDA(gpu_, cudaMemcpyAsync(dst, mem_[slot], bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
-    HANDOFF_CUDA(gpu_, cudaEventRecord(consumed_[slot], as_stream(stream)));
+    if (!completed(filled_)) HANDOFF_CUDA(gpu_, cudaStreamWaitEvent(as_stream(stream), filled_, 0));
+  }
+  void consumed(void* stream) override {
+    HANDOFF_CUDA(gpu_, cudaSetDevice(gpu_));
+    HANDOFF_CUDA(gpu_, cudaEventRecord(consumed_, as_stream(stream)));
   }
 
  private:
-  void release() noexcept {
+  void release() noexcept {  // the destination belongs to the caller
     cudaSetDevice(gpu_);
-    for (int i = 0; i < kIpcSlots; ++i) {
-      if (filled_[i]) cudaEventDestroy(filled_[i]);
-      if (consumed_[i]) cudaEventDestroy(consumed_[i]);
-      if (mem_[i]) cudaFree(mem_[i]);
-      filled_[i] = consumed_[i] = nullptr;
-      mem_[i] = nullptr;
-    }
+    if (filled_) cudaEventDestroy(filled_);
+    if (consumed_) cudaEventDestroy(consumed_);
+    filled_ = consumed_ = nullptr;
   }
   int gpu_;
+  void* dst_;
   std::size_t bytes_;
-  void* mem_[kIpcSlots] = {};
-  cudaEvent_t filled_[kIpcSlots] = {};
-  cudaEvent_t consumed_[kIpcSlots] = {};
+  cudaEvent_t filled_ = nullptr, consumed_ = nullptr;
 };
 
-class PeerSlots final : public IpcPeerSlots {
+class PeerTarget final : public IpcPeerTarget {
  public:
-  PeerSlots(int gpu, std::span<const std::byte> handles, std::size_t bytes) : gpu_(gpu), bytes_(bytes) {
+  PeerTarget(int gpu, std::span<const std::byte> handles, std::size_t bytes) : gpu_(gpu), bytes_(bytes) {
     if (handles.size() != kIpcExportBytes)
       throw_error(ErrorCode::kCorruptInput, "CUDA IPC handles: {} bytes, expected {}", handles.size(), kIpcExportBytes);
     try {
       HANDOFF_CUDA(gpu_, cudaSetDevice(gpu_));
-      const std::byte* p = handles.data();
-      for (int i = 0; i < kIpcSlots; ++i, p += kIpcHandleBytes) {
-        cudaIpcMemHandle_t h;
+      cudaIpcMemHandle_t mh;
+      std::memcpy(&mh, handles.data(), kIpcHandleBytes);
+      // Lazy peer access: the destination may live on another GPU of this host (NVLink or
+      // PCIe peer-to-peer); on the same GPU nothing is enabled.
+      HANDOFF_CUDA(gpu_, cudaIpcOpenMemHandle(&mem_, mh, cudaIpcMemLazyEnablePeerAccess));
+      const std::byte* p = handles.data() + kIpcHandleBytes;
+      for (cudaEvent_t* ev : {&filled_, &consumed_}) {
+        cudaIpcEventHandle_t h;
         std::memcpy(&h, p, kIpcHandleBytes);
-        // Lazy peer access: the slots may live on another GPU of this host (NVLink or PCIe
-        // peer-to-peer); on the same GPU nothing is enabled.
-        HANDOFF_CUDA(gpu_, cudaIpcOpenMemHandle(&mem_[i], h, cudaIpcMemLazyEnablePeerAccess));
+        HANDOFF_CUDA(gpu_, cudaIpcOpenEventHandle(ev, h));
+        p += kIpcHandleBytes;
       }
-      for (cudaEvent_t* evs : {filled_, consumed_})
-        for (int i = 0; i < kIpcSlots; ++i, p += kIpcHandleBytes) {
-          cudaIpcEventHandle_t h;
-          std::memcpy(&h, p, kIpcHandleBytes);
-          HANDOFF_CUDA(gpu_, cudaIpcOpenEventHandle(&evs[i], h));
-        }
     } catch (...) {
       release();
       throw;
     }
   }
-  ~PeerSlots() override { release(); }
+  ~PeerTarget() override { release(); }
 
-  void put(int slot, bool reused, const void* src, std::size_t bytes, void* stream) override {
+  void put(bool first, const void* src, std::size_t bytes, void* stream) override {
     if (bytes > bytes_)
-      throw_error(ErrorCode::kInternal, "CUDA IPC hand-off of {} bytes into a slot of {}", bytes, bytes_);
+      throw_error(ErrorCode::kInternal, "CUDA IPC hand-off of {} bytes into a destination of {}", bytes, bytes_);
     HANDOFF_CUDA(gpu_, cudaSetDevice(gpu_));
-    if (reused) HANDOFF_CUDA(gpu_, cudaStreamWaitEvent(as_stream(stream), consumed_[slot], 0));
-    HANDOFF_CUDA(gpu_, cudaMemcpyAsync(mem_[slot], src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
-    HANDOFF_CUDA(gpu_, cudaEventRecord(filled_[slot], as_stream(stream)));
+    if (!first && !completed(consumed_)) HANDOFF_CUDA(gpu_, cudaStreamWaitEvent(as_stream(stream), consumed_, 0));
+    HANDOFF_CUDA(gpu_, cudaMemcpyAsync(mem_, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
+    HANDOFF_CUDA(gpu_, cudaEventRecord(filled_, as_stream(stream)));
   }
 
  private:
-  // Closed before the exporter frees: the receiver frees its slots only after the sender's
-  // end message, which the sender sends after this ran (stage_handoff.cpp).
+  // Closed before the exporter lets go: the receiver destroys its events (and may free the
+  // destination) only after the sender's end message, sent after this ran (stage_handoff.cpp).
   void release() noexcept {
     cudaSetDevice(gpu_);
-    for (int i = 0; i < kIpcSlots; ++i) {
-      if (mem_[i]) cudaIpcCloseMemHandle(mem_[i]);
-      if (filled_[i]) cudaEventDestroy(filled_[i]);
-      if (consumed_[i]) cudaEventDestroy(consumed_[i]);
-      mem_[i] = nullptr;
-      filled_[i] = consumed_[i] = nullptr;
-    }
+    if (mem_) cudaIpcCloseMemHandle(mem_);
+    if (filled_) cudaEventDestroy(filled_);
+    if (consumed_) cudaEventDestroy(consumed_);
+    mem_ = nullptr;
+    filled_ = consumed_ = nullptr;
   }
   int gpu_;
   std::size_t bytes_;
-  void* mem_[kIpcSlots] = {};
-  cudaEvent_t filled_[kIpcSlots] = {};
-  cudaEvent_t consumed_[kIpcSlots] = {};
+  void* mem_ = nullptr;
+  cudaEvent_t filled_ = nullptr, consumed_ = nullptr;
 };
 
 class Scratch final : public DeviceScratch {
@@ -203,12 +203,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 bool cuda_ipc_compiled() { return true; }
 std::string cuda_ipc_missing() { return {}; }
 
-std::unique_ptr<IpcSlots> make_ipc_slots(int gpu, std::size_t slot_bytes) {
-  return std::make_unique<Slots>(gpu, slot_bytes);
+std::unique_ptr<IpcTarget> make_ipc_target(int gpu, void* dst, std::size_t bytes) {
+  return std::make_unique<Target>(gpu, dst, bytes);
 }
 
-std::unique_ptr<IpcPeerSlots> open_ipc_slots(int gpu, std::span<const std::byte> handles, std::size_t slot_bytes) {
-  return std::make_unique<PeerSlots>(gpu, handles, slot_bytes);
+std::unique_ptr<IpcPeerTarget> open_ipc_target(int gpu, std::span<const std::byte> handles, std::size_t bytes) {
+  return std::make_unique<PeerTarget>(gpu, handles, bytes);
 }
 
 void sync_stream(int gpu, void* stream) {

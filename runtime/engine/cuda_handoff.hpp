@@ -14,38 +14,42 @@
 
 namespace trellis::runtime::detail {
 
-inline constexpr int kIpcSlots = 2;
 // cudaIpcMemHandle_t and cudaIpcEventHandle_t are 64-byte opaque blobs (CUDA_IPC_HANDLE_SIZE).
 inline constexpr std::size_t kIpcHandleBytes = 64;
-// The exported set: the slots' memory handles, then the "filled" and the "consumed" events.
-inline constexpr std::size_t kIpcExportBytes = kIpcHandleBytes * 3 * kIpcSlots;
+// The exported set: the destination's memory handle, then the "filled" and "consumed" events.
+inline constexpr std::size_t kIpcExportBytes = kIpcHandleBytes * 3;
 
 bool cuda_ipc_compiled();
 std::string cuda_ipc_missing();  // why not, when not compiled
 
-// The receiver's side: owns the slots and the events, exports their handles.
-class IpcSlots {
+// The receiver's side: exports its own destination buffer (the device memory its forward
+// reads the hidden state from, so the sender's copy is the only one) and owns two
+// interprocess events. `dst` must be the base of a cudaMalloc allocation of at least `bytes`
+// that outlives this object and stays where it is.
+class IpcTarget {
  public:
-  virtual ~IpcSlots() = default;  // frees the slots: only after the opener closed them
+  virtual ~IpcTarget() = default;  // destroys the events: only after the opener closed them
   virtual std::vector<std::byte> export_handles() const = 0;  // kIpcExportBytes
-  virtual std::size_t slot_bytes() const = 0;
-  // On `stream`: wait for `slot`'s "filled" event (recorded by the sender before its ready
-  // signal), copy `bytes` of the slot to `dst` (device memory), record the slot's "consumed".
-  virtual void take(int slot, void* dst, std::size_t bytes, void* stream) = 0;
+  virtual std::size_t bytes() const = 0;
+  // On `stream`: wait for the "filled" event the sender recorded before its ready signal.
+  virtual void arrived(void* stream) = 0;
+  // On `stream`: record "consumed" behind everything enqueued so far that reads or writes the
+  // destination (the sender's next copy waits for it).
+  virtual void consumed(void* stream) = 0;
 };
-std::unique_ptr<IpcSlots> make_ipc_slots(int gpu, std::size_t slot_bytes);
+std::unique_ptr<IpcTarget> make_ipc_target(int gpu, void* dst, std::size_t bytes);
 
-// The sender's side: the peer's slots and events, opened from their handles; closed (the
-// memory handles with cudaIpcCloseMemHandle, the events destroyed) when destroyed.
-class IpcPeerSlots {
+// The sender's side: the peer's destination and events, opened from their handles; closed
+// (the memory handle with cudaIpcCloseMemHandle, the events destroyed) when destroyed.
+class IpcPeerTarget {
  public:
-  virtual ~IpcPeerSlots() = default;
-  // On `stream`: if `reused`, wait for the slot's "consumed" event (the receiver recorded it
-  // before the credit the caller waited for), copy `bytes` from `src` into the slot, record
-  // its "filled" event.
-  virtual void put(int slot, bool reused, const void* src, std::size_t bytes, void* stream) = 0;
+  virtual ~IpcPeerTarget() = default;
+  // On `stream`: unless `first`, wait for the "consumed" event (the receiver recorded it
+  // before the credit the caller waited for); copy `bytes` from `src` into the destination;
+  // record "filled".
+  virtual void put(bool first, const void* src, std::size_t bytes, void* stream) = 0;
 };
-std::unique_ptr<IpcPeerSlots> open_ipc_slots(int gpu, std::span<const std::byte> handles, std::size_t slot_bytes);
+std::unique_ptr<IpcPeerTarget> open_ipc_target(int gpu, std::span<const std::byte> handles, std::size_t bytes);
 
 // Waits (host) until everything enqueued on `stream` so far has finished.
 void sync_stream(int gpu, void* stream);

@@ -20,9 +20,9 @@ namespace {
 bool cuda_ipc_compiled() { return false; }
 std::string cuda_ipc_missing() { return std::string("built without CUDA (") + TRELLIS_CUDA_HANDOFF_WHY + ")"; }
 
-std::unique_ptr<IpcSlots> make_ipc_slots(int, std::size_t) { refuse("CUDA IPC slots"); }
-std::unique_ptr<IpcPeerSlots> open_ipc_slots(int, std::span<const std::byte>, std::size_t) {
-  refuse("CUDA IPC slots");
+std::unique_ptr<IpcTarget> make_ipc_target(int, void*, std::size_t) { refuse("CUDA IPC hand-off target"); }
+std::unique_ptr<IpcPeerTarget> open_ipc_target(int, std::span<const std::byte>, std::size_t) {
+  refuse("CUDA IPC hand-off target");
 }
 void sync_stream(int, void*) { refuse("CUDA stream synchronize"); }
 std::unique_ptr<DeviceScratch> make_device_scratch(int, std::size_t) { refuse("CUDA device buffer"); }

@@ -83,17 +83,20 @@ void Engine::connect_device_handoffs() {
     wait_request(r, d, failed_, what);
   };
   const bool required = opt_.stage_handoff == StageHandoff::kCudaIpc;
-  // Slots for the largest iteration: a prefill of max_iteration_tokens or a decode step of
+  // Sized for the largest iteration: a prefill of max_iteration_tokens or a decode step of
   // every sequence of a group.
+  const int max_rows = std::max(opt_.scheduler.max_iteration_tokens, opt_.scheduler.max_seqs_per_group);
   const std::size_t max_bytes =
-      static_cast<std::size_t>(std::max(opt_.scheduler.max_iteration_tokens, opt_.scheduler.max_seqs_per_group)) *
-      static_cast<std::size_t>(stage_.hidden_size()) * sizeof(float);
+      static_cast<std::size_t>(max_rows) * static_cast<std::size_t>(stage_.hidden_size()) * sizeof(float);
   for (const auto& p : handoffs_) {
     if (!p.cuda_ipc || (p.to != rank_ && p.from != rank_)) continue;
     std::string why;
     if (p.to == rank_) {
-      ipc_in_ = CudaIpcReceiver::connect({&links_.link(p.from), rank_, stage_.cuda_gpu(), max_bytes, required, wait},
-                                         deadline(), &why);
+      // The sender writes straight into this stage's hidden state: grown once to the largest
+      // iteration here, so no later forward moves it (device_hidden only grows).
+      ipc_in_ = CudaIpcReceiver::connect(
+          {&links_.link(p.from), rank_, stage_.cuda_gpu(), max_bytes, required, wait, stage_.device_hidden(max_rows)},
+          deadline(), &why);
     } else {
       ipc_out_ = CudaIpcSender::connect({&links_.link(p.to), rank_, stage_.cuda_gpu(), max_bytes, required, wait},
                                         deadline(), &why);
@@ -176,8 +179,7 @@ void Engine::forward_executor() {
     } else if (ipc_in_) {
       Tracer::Span span(trace_, Lane::kForward, TraceCat::kRecv, "recv hidden", in->iteration,
                         grid_.rank_at(stage_idx_ - 1, k_));
-      ipc_in_->receive(stage_.device_hidden(in->n_tokens()), static_cast<std::size_t>(in->n_tokens()) * row_bytes,
-                       stage_.cuda_stream(), deadline());
+      ipc_in_->receive(static_cast<std::size_t>(in->n_tokens()) * row_bytes, stage_.cuda_stream(), deadline());
     }
     {
       Tracer::Span span(trace_, Lane::kForward, TraceCat::kForward, "forward", in->iteration);

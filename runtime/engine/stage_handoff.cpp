@@ -1,22 +1,28 @@
 // The stage hand-off: its setting, the plan per boundary, and the CUDA IPC protocol over the
 // host link (stage_handoff.hpp). The CUDA calls are behind cuda_handoff.hpp.
 //
-// Why the two slots are race-free. Slot s carries the hand-offs n with n % 2 == s. Host
-// order of the calls (-> is "happens before on the host", through a message or program order):
-//  * write then read: the sender enqueues its copy into s and records filled[s] for n ->
-//    sends ready(n) -> the receiver gets it -> enqueues "wait filled[s]" and its read of s.
-//    A stream wait captures the event's latest record at the time of the call, and the next
-//    record of filled[s] (for n + 2) needs credit(n), which the receiver sends only after
-//    that wait is enqueued; so the read waits for exactly the copy of n.
-//  * read then overwrite: the receiver enqueues its read of s for n and records consumed[s]
-//    behind it -> sends credit(n) -> the sender, before its copy for n + 2, waits for
-//    credit(n) and enqueues "wait consumed[s]", which captures the record for n: the next
-//    record of consumed[s] (for n + 2) needs ready(n + 2), sent after that wait was enqueued.
-//    So the copy of n + 2 starts after the read of n ended.
-// The host blocks only for credit(n - 2) before hand-off n (two in flight) and for ready(n)
-// before the receiver's read, each with a deadline.
-// Shutdown: the sender waits for its last credits and its stream, closes the IPC handles,
-// then sends "end" (a ready signal with kEnd); the receiver frees its slots only after that.
+// The sender copies straight into the receiver's own hidden state (the buffer its forward and
+// its CUDA graphs read), so a hand-off is one copy. Why that is race-free. Host order of the
+// calls (-> is "happens before on the host", through a message or program order):
+//  * write then read: the sender enqueues its copy of n and records "filled" -> sends
+//    ready(n) -> the receiver gets it -> enqueues "wait filled" and then its forward of n. A
+//    stream wait captures the event's latest record at the time of the call, and the next
+//    record of "filled" (for n + 1) needs credit(n), which the receiver sends only in its next
+//    receive, after that wait was enqueued; so the forward waits for exactly the copy of n.
+//  * use then overwrite: everything the receiver does with hand-off n (its forward, the LM
+//    head, its own send onward) is enqueued before its next receive, which first records
+//    "consumed" and then sends credit(n) -> the sender, before its copy of n + 1, waits for
+//    credit(n) and enqueues "wait consumed", capturing that record: the next record (for
+//    n + 1) needs ready(n + 1), sent after that wait was enqueued. So the copy of n + 1
+//    starts after the receiver's last use of n ended.
+// The host blocks only for credit(n - 1) before hand-off n (the receiver's host has reached
+// its next receive; its GPU may still be busy) and for ready(n) before the receiver's
+// forward, each with a deadline. An earlier version copied into two separate slots and from
+// there into the hidden state: two copies and two event waits per hand-off (1.8-1.9x a
+// cudaMemcpy under MPS, docs/benchmarks.md).
+// Shutdown: the receiver's finish() records "consumed" and sends the last credit; the sender
+// waits for it and its stream, closes the IPC handles, then sends "end" (a ready signal with
+// kEnd); the receiver destroys its events only after that.
 // On a failure each side releases what it holds at once (RAII) and the job ends.
 #include "trellis/runtime/engine/stage_handoff.hpp"
 
@@ -33,27 +39,26 @@ namespace trellis::runtime {
 namespace {
 
 using detail::kIpcExportBytes;
-using detail::kIpcSlots;
 
 // Tags on the neighbours' link (the engine's own are 0x100-0x400, streams 0x10000 up).
-constexpr std::uint32_t kTagSetup = 0x500;   // receiver -> sender: slots and events exported
+constexpr std::uint32_t kTagSetup = 0x500;   // receiver -> sender: destination and events exported
 constexpr std::uint32_t kTagAck = 0x501;     // sender -> receiver: opened, or why not
-constexpr std::uint32_t kTagReady = 0x502;   // sender -> receiver: hand-off n is in its slot
-constexpr std::uint32_t kTagCredit = 0x503;  // receiver -> sender: hand-off n has been read
+constexpr std::uint32_t kTagReady = 0x502;   // sender -> receiver: hand-off n is on its way
+constexpr std::uint32_t kTagCredit = 0x503;  // receiver -> sender: everything using hand-off n is enqueued
 constexpr std::uint64_t kEnd = ~std::uint64_t{0};
-constexpr std::uint32_t kMagic = 0x54484f31;  // "THO1"
+constexpr std::uint32_t kMagic = 0x54484f32;  // "THO2": one destination (THO1 had two slots)
 constexpr std::size_t kMaxReason = 1024;
-constexpr std::size_t kHeader = 4 + 4 + 8 + 4;  // magic, ok, slot bytes, reason length
+constexpr std::size_t kHeader = 4 + 4 + 8 + 4;  // magic, ok, destination bytes, reason length
 
 // Set-up messages: header, then (setup only) the handles, then the reason when not ok.
-std::vector<std::byte> pack(bool ok, std::uint64_t slot_bytes, std::span<const std::byte> handles,
+std::vector<std::byte> pack(bool ok, std::uint64_t dst_bytes, std::span<const std::byte> handles,
                             const std::string& reason) {
   const std::string r = reason.substr(0, kMaxReason);
   std::vector<std::byte> out(kHeader + handles.size() + r.size());
   const std::uint32_t magic = kMagic, okv = ok ? 1 : 0, rlen = static_cast<std::uint32_t>(r.size());
   std::memcpy(out.data(), &magic, 4);
   std::memcpy(out.data() + 4, &okv, 4);
-  std::memcpy(out.data() + 8, &slot_bytes, 8);
+  std::memcpy(out.data() + 8, &dst_bytes, 8);
   std::memcpy(out.data() + 16, &rlen, 4);
   if (!handles.empty()) std::memcpy(out.data() + kHeader, handles.data(), handles.size());
   if (!r.empty()) std::memcpy(out.data() + kHeader + handles.size(), r.data(), r.size());
@@ -62,7 +67,7 @@ std::vector<std::byte> pack(bool ok, std::uint64_t slot_bytes, std::span<const s
 
 struct Unpacked {
   bool ok = false;
-  std::uint64_t slot_bytes = 0;
+  std::uint64_t dst_bytes = 0;
   std::span<const std::byte> handles;
   std::string reason;
 };
@@ -72,7 +77,7 @@ Unpacked unpack(std::span<const std::byte> in, std::size_t handle_bytes, const s
   if (in.size() >= kHeader) {
     std::memcpy(&magic, in.data(), 4);
     std::memcpy(&okv, in.data() + 4, 4);
-    std::memcpy(&u.slot_bytes, in.data() + 8, 8);
+    std::memcpy(&u.dst_bytes, in.data() + 8, 8);
     std::memcpy(&rlen, in.data() + 16, 4);
   }
   const std::size_t hb = okv ? handle_bytes : 0;
@@ -197,19 +202,19 @@ void refuse_stage_handoff_early(StageHandoff mode, int pp, std::string_view devi
 
 struct CudaIpcSender::Impl {
   Side side;
-  std::unique_ptr<detail::IpcPeerSlots> peer;
+  std::unique_ptr<detail::IpcPeerTarget> peer;
   std::uint64_t sent = 0;
-  std::uint64_t ready_buf[kIpcSlots] = {}, credit_buf[kIpcSlots] = {}, end_buf = kEnd;
-  transport::RequestPtr ready_send[kIpcSlots], credit_recv[kIpcSlots];
+  // Two ready buffers: a send's buffer stays untouched until that send completed.
+  std::uint64_t ready_buf[2] = {}, credit_buf = 0, end_buf = kEnd;
+  transport::RequestPtr ready_send[2], credit_recv;
 
-  void take_credit(int slot, std::uint64_t n, Deadline deadline) {
-    auto& r = credit_recv[slot];
-    if (!r) return;
-    side.wait(*r, deadline, fmt::format("credit of hand-off {} (the receiver read its slot)", n));
-    r.reset();
-    if (credit_buf[slot] != n)
+  void take_credit(std::uint64_t n, Deadline deadline) {
+    if (!credit_recv) return;
+    side.wait(*credit_recv, deadline, fmt::format("credit of hand-off {} (the receiver is done with it)", n));
+    credit_recv.reset();
+    if (credit_buf != n)
       throw_error(ErrorCode::kCorruptInput, "rank {}: {}: credit for hand-off {} where {} was due", side.rank, side.name,
-                  credit_buf[slot], n);
+                  credit_buf, n);
   }
 };
 
@@ -223,22 +228,22 @@ std::unique_ptr<CudaIpcSender> CudaIpcSender::connect(const Setup& s, Deadline d
   Side& side = impl->side;
   std::vector<std::byte> buf(kHeader + kIpcExportBytes + kMaxReason);
   auto req = side.link->irecv(buf, kTagSetup);
-  side.wait(*req, deadline, "set-up message (the receiver's slot handles)");
+  side.wait(*req, deadline, "set-up message (the receiver's destination handles)");
   const auto got = unpack(std::span(buf).first(req->bytes()), kIpcExportBytes,
                           fmt::format("rank {}: {}: set-up message", side.rank, side.name));
   std::string failure;
   if (!got.ok) {
-    failure = fmt::format("the receiver (rank {}) could not export its slots: {}", side.link->peer(), got.reason);
-  } else if (got.slot_bytes < s.bytes) {
-    failure = fmt::format("the receiver's slots hold {} bytes, this stage sends up to {}", got.slot_bytes, s.bytes);
+    failure = fmt::format("the receiver (rank {}) could not export its destination: {}", side.link->peer(), got.reason);
+  } else if (got.dst_bytes < s.bytes) {
+    failure = fmt::format("the receiver's destination holds {} bytes, this stage sends up to {}", got.dst_bytes, s.bytes);
   } else {
     try {
-      impl->peer = detail::open_ipc_slots(s.gpu, got.handles, got.slot_bytes);
+      impl->peer = detail::open_ipc_target(s.gpu, got.handles, got.dst_bytes);
     } catch (const std::exception& e) {
       failure = e.what();
     }
   }
-  const auto ack = pack(failure.empty(), got.slot_bytes, {}, failure);
+  const auto ack = pack(failure.empty(), got.dst_bytes, {}, failure);
   auto sreq = side.link->isend(ack, kTagAck);
   side.wait(*sreq, deadline, "set-up answer");
   if (!failure.empty() && side.failed(failure, why)) return nullptr;
@@ -248,32 +253,32 @@ std::unique_ptr<CudaIpcSender> CudaIpcSender::connect(const Setup& s, Deadline d
 void CudaIpcSender::send(const void* src, std::size_t bytes, void* stream, Deadline deadline) {
   Impl& d = *impl_;
   const std::uint64_t n = d.sent;
-  const int slot = static_cast<int>(n % kIpcSlots);
-  if (n >= kIpcSlots) d.take_credit(slot, n - kIpcSlots, deadline);
-  // Posted now, taken two hand-offs later (or by finish()).
-  d.credit_recv[slot] = d.side.link->irecv(std::as_writable_bytes(std::span(&d.credit_buf[slot], 1)), kTagCredit);
-  if (d.ready_send[slot]) {
-    d.side.wait(*d.ready_send[slot], deadline, fmt::format("ready signal of hand-off {}", n - kIpcSlots));
-    d.ready_send[slot].reset();
+  if (n > 0) d.take_credit(n - 1, deadline);
+  auto& rs = d.ready_send[n & 1];
+  if (rs) {
+    d.side.wait(*rs, deadline, fmt::format("ready signal of hand-off {}", n - 2));
+    rs.reset();
   }
-  d.peer->put(slot, n >= kIpcSlots, src, bytes, stream);
-  d.ready_buf[slot] = n;
-  d.ready_send[slot] = d.side.link->isend(std::as_bytes(std::span(&d.ready_buf[slot], 1)), kTagReady);
+  d.peer->put(n == 0, src, bytes, stream);
+  d.ready_buf[n & 1] = n;
+  rs = d.side.link->isend(std::as_bytes(std::span(&d.ready_buf[n & 1], 1)), kTagReady);
+  // Posted after the ready signal (off the hand-off's path), taken before the next hand-off
+  // (or by finish()); the credit cannot come before the ready signal it answers.
+  d.credit_recv = d.side.link->irecv(std::as_writable_bytes(std::span(&d.credit_buf, 1)), kTagCredit);
   ++d.sent;
 }
 
 void CudaIpcSender::finish(void* stream, Deadline deadline) {
   Impl& d = *impl_;
   if (!d.peer) return;
-  for (std::uint64_t n = d.sent >= kIpcSlots ? d.sent - kIpcSlots : 0; n < d.sent; ++n)
-    d.take_credit(static_cast<int>(n % kIpcSlots), n, deadline);
-  for (int i = 0; i < kIpcSlots; ++i)
-    if (d.ready_send[i]) {
-      d.side.wait(*d.ready_send[i], deadline, "ready signal");
-      d.ready_send[i].reset();
+  if (d.sent > 0) d.take_credit(d.sent - 1, deadline);  // the receiver's finish() sends it
+  for (auto& r : d.ready_send)
+    if (r) {
+      d.side.wait(*r, deadline, "ready signal");
+      r.reset();
     }
-  detail::sync_stream(d.side.gpu, stream);  // our copies into the peer's slots have landed
-  d.peer.reset();                           // closes the IPC handles before the receiver frees
+  detail::sync_stream(d.side.gpu, stream);  // our copies into the peer's memory have landed
+  d.peer.reset();                           // closes the IPC handles before the receiver lets go
   auto req = d.side.link->isend(std::as_bytes(std::span(&d.end_buf, 1)), kTagReady);
   d.side.wait(*req, deadline, "end message");
 }
@@ -282,14 +287,22 @@ void CudaIpcSender::finish(void* stream, Deadline deadline) {
 
 struct CudaIpcReceiver::Impl {
   Side side;
-  std::unique_ptr<detail::IpcSlots> slots;
+  std::unique_ptr<detail::IpcTarget> target;
   std::uint64_t received = 0;
-  std::uint64_t ready_buf = 0, credit_buf[kIpcSlots] = {};
-  transport::RequestPtr ready_recv, credit_send[kIpcSlots];
+  std::uint64_t ready_buf = 0, credit_buf[2] = {};
+  transport::RequestPtr ready_recv, credit_send[2];
 
   // One ready receive is posted at a time: the next hand-off's, or the end message.
   void post_ready() {
     ready_recv = side.link->irecv(std::as_writable_bytes(std::span(&ready_buf, 1)), kTagReady);
+  }
+  // Everything using hand-off n is enqueued on `stream`: mark it and let the sender go on.
+  void release(std::uint64_t n, void* stream, Deadline deadline) {
+    target->consumed(stream);
+    auto& cs = credit_send[n & 1];
+    if (cs) side.wait(*cs, deadline, fmt::format("credit of hand-off {}", n - 2));
+    credit_buf[n & 1] = n;
+    cs = side.link->isend(std::as_bytes(std::span(&credit_buf[n & 1], 1)), kTagCredit);
   }
 };
 
@@ -304,66 +317,64 @@ std::unique_ptr<CudaIpcReceiver> CudaIpcReceiver::connect(const Setup& s, Deadli
   std::string failure;
   std::vector<std::byte> handles;
   try {
-    impl->slots = detail::make_ipc_slots(s.gpu, std::max<std::size_t>(s.bytes, 1));
-    handles = impl->slots->export_handles();
+    impl->target = detail::make_ipc_target(s.gpu, s.dst, s.bytes);
+    handles = impl->target->export_handles();
   } catch (const std::exception& e) {
     failure = e.what();
-    impl->slots.reset();
+    impl->target.reset();
   }
   const auto msg = pack(failure.empty(), s.bytes, handles, failure);
   auto sreq = side.link->isend(msg, kTagSetup);
   side.wait(*sreq, deadline, "set-up message");
   std::vector<std::byte> buf(kHeader + kMaxReason);
   auto req = side.link->irecv(buf, kTagAck);
-  side.wait(*req, deadline, "set-up answer (the sender opened the slots)");
+  side.wait(*req, deadline, "set-up answer (the sender opened the destination)");
   const auto ack = unpack(std::span(buf).first(req->bytes()), 0, fmt::format("rank {}: {}: set-up answer", side.rank,
                                                                                side.name));
   if (failure.empty() && !ack.ok)
-    failure = fmt::format("the sender (rank {}) could not open the slots: {}", side.link->peer(), ack.reason);
+    failure = fmt::format("the sender (rank {}) could not open the destination: {}", side.link->peer(), ack.reason);
   if (!failure.empty()) {
-    impl->slots.reset();  // the sender holds nothing open: it failed or never opened
+    impl->target.reset();  // the sender holds nothing open: it failed or never opened
     if (side.failed(failure, why)) return nullptr;
   }
   impl->post_ready();
   return std::unique_ptr<CudaIpcReceiver>(new CudaIpcReceiver(std::move(impl)));
 }
 
-void CudaIpcReceiver::receive(void* dst, std::size_t bytes, void* stream, Deadline deadline) {
+void CudaIpcReceiver::receive(std::size_t bytes, void* stream, Deadline deadline) {
   Impl& d = *impl_;
   const std::uint64_t n = d.received;
-  const int slot = static_cast<int>(n % kIpcSlots);
-  if (bytes > d.slots->slot_bytes())
-    throw_error(ErrorCode::kInternal, "rank {}: {}: hand-off {} of {} bytes, the slots hold {}", d.side.rank,
-                d.side.name, n, bytes, d.slots->slot_bytes());
+  if (bytes > d.target->bytes())
+    throw_error(ErrorCode::kInternal, "rank {}: {}: hand-off {} of {} bytes, the destination holds {}", d.side.rank,
+                d.side.name, n, bytes, d.target->bytes());
+  if (n > 0) d.release(n - 1, stream, deadline);
   d.side.wait(*d.ready_recv, deadline, fmt::format("ready signal of hand-off {}", n));
   d.ready_recv.reset();
   if (d.ready_buf != n)
     throw_error(ErrorCode::kCorruptInput, "rank {}: {}: {} where the ready signal of hand-off {} was due", d.side.rank,
                 d.side.name, d.ready_buf == kEnd ? std::string("the end message") : fmt::format("hand-off {}", d.ready_buf),
                 n);
-  d.slots->take(slot, dst, bytes, stream);
-  if (d.credit_send[slot]) d.side.wait(*d.credit_send[slot], deadline, fmt::format("credit of hand-off {}", n - kIpcSlots));
-  d.credit_buf[slot] = n;
-  d.credit_send[slot] = d.side.link->isend(std::as_bytes(std::span(&d.credit_buf[slot], 1)), kTagCredit);
+  d.target->arrived(stream);
   d.post_ready();
   ++d.received;
 }
 
 void CudaIpcReceiver::finish(void* stream, Deadline deadline) {
   Impl& d = *impl_;
-  if (!d.slots) return;
-  for (int i = 0; i < kIpcSlots; ++i)
-    if (d.credit_send[i]) {
-      d.side.wait(*d.credit_send[i], deadline, "credit");
-      d.credit_send[i].reset();
+  if (!d.target) return;
+  if (d.received > 0) d.release(d.received - 1, stream, deadline);
+  for (auto& cs : d.credit_send)
+    if (cs) {
+      d.side.wait(*cs, deadline, "credit");
+      cs.reset();
     }
   d.side.wait(*d.ready_recv, deadline, "end message (the sender closed its handles)");
   d.ready_recv.reset();
   if (d.ready_buf != kEnd)
     throw_error(ErrorCode::kCorruptInput, "rank {}: {}: hand-off {} after the last one ({} received)", d.side.rank,
                 d.side.name, d.ready_buf, d.received);
-  detail::sync_stream(d.side.gpu, stream);  // our reads of the slots are done
-  d.slots.reset();
+  detail::sync_stream(d.side.gpu, stream);  // our reads of the destination are done
+  d.target.reset();
 }
 
 // ---- bench ----
@@ -378,7 +389,7 @@ HandoffBench bench_cuda_handoff(transport::Link& link, int rank, int rank_in_pai
   for (std::size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<std::byte>((i * 131 + 17) & 0xff);
   out->upload(pattern);
   CudaIpcSender::Setup ss{&link, rank, gpu, bytes, true, {}};
-  CudaIpcReceiver::Setup rs{&link, rank, gpu, bytes, true, {}};
+  CudaIpcReceiver::Setup rs{&link, rank, gpu, bytes, true, {}, in->data()};
   std::unique_ptr<CudaIpcSender> tx;
   std::unique_ptr<CudaIpcReceiver> rx;
   // Rank 0 of the pair sends first, so the two set-ups pair up in the same order on both.
@@ -395,12 +406,12 @@ HandoffBench bench_cuda_handoff(transport::Link& link, int rank, int rank_in_pai
     if (rank_in_pair == 0) {
       const auto t0 = now_seconds();
       tx->send(out->data(), bytes, stream, deadline);
-      rx->receive(in->data(), bytes, stream, deadline);
+      rx->receive(bytes, stream, deadline);
       detail::sync_stream(gpu, stream);
       if (it >= 0) trips.push_back(now_seconds() - t0);
     } else {
       // Echo: the copy back is ordered after the copy in on the same stream.
-      rx->receive(in->data(), bytes, stream, deadline);
+      rx->receive(bytes, stream, deadline);
       tx->send(in->data(), bytes, stream, deadline);
     }
   }

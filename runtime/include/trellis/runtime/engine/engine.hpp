@@ -118,7 +118,9 @@ class StageCompute {
     (void)out;
   }
   // The device buffer of the hidden state, [rows, hidden_size()] f32, grown to `rows` if
-  // needed; forward() of `rows` tokens uses this same buffer.
+  // needed (never shrunk or moved otherwise); forward() of `rows` tokens uses this same
+  // buffer. The returned pointer is the base of its allocation (the CUDA IPC hand-off exports
+  // it once, grown for the largest iteration, and the previous stage writes into it).
   virtual void* device_hidden(int rows) {
     (void)rows;
     return nullptr;

@@ -3,14 +3,16 @@
 //  * host: the sending stage copies it to host memory, transport::StageSender streams it over
 //    the neighbours' link, the receiver copies it back onto its device (CPU stages: the only
 //    path, without the copies).
-//  * cuda-ipc (SiPipe §5.3 on one host): the receiving rank preallocates two device slots
-//    (the largest iteration each) and four interprocess events, and hands their CUDA IPC
-//    handles to the sender once at start over the host link. Per iteration the sender copies
-//    its device hidden state into a slot on its compute stream and records the slot's
-//    "filled" event, then sends an 8-byte ready signal (no shapes: the receiver knows the rows
-//    from its own schedule). The receiver's stream waits on that event and copies the slot
-//    into its own hidden state; a "consumed" event and an 8-byte credit back keep the sender
-//    from overwriting a slot before it was read (the argument is in stage_handoff.cpp).
+//  * cuda-ipc (SiPipe §5.3 on one host): the receiving rank exports its own device hidden
+//    state (the buffer its forward and its CUDA graphs read, allocated once for the largest
+//    iteration) and two interprocess events, as CUDA IPC handles sent to the sender once at
+//    start over the host link. Per iteration the sender copies its device hidden state
+//    straight into it on its compute stream (the one copy of a hand-off) and records
+//    "filled", then sends an 8-byte ready signal (no shapes: the receiver knows the rows from
+//    its own schedule); the receiver's stream waits on that event before its forward. When
+//    the receiver has enqueued everything that uses the hand-off it records "consumed" and
+//    sends an 8-byte credit, and the sender's next copy waits for that event (the argument is
+//    in stage_handoff.cpp).
 //  * auto: cuda-ipc where both ranks of a boundary run CUDA stages on one host, host
 //    elsewhere (across hosts, UCX with CUDA memory is not implemented: host path).
 // The CUDA calls live in engine/cuda_handoff.cpp (CUDA builds; engine/cuda_handoff_none.cpp
@@ -81,12 +83,13 @@ class CudaIpcSender {
   };
   static std::unique_ptr<CudaIpcSender> connect(const Setup& s, Deadline deadline, std::string* why);
   ~CudaIpcSender();
-  // Enqueues the copy of `bytes` from device memory `src` into the peer's next slot on
-  // `stream` (a cudaStream_t), then signals it. Waits (host) only for the credit of the
-  // hand-off two before, i.e. until the receiver has enqueued its read of that slot.
+  // Enqueues the copy of `bytes` from device memory `src` into the peer's hidden state on
+  // `stream` (a cudaStream_t), behind the peer's last use of the previous hand-off, then
+  // signals it. Waits (host) only for the credit of the previous hand-off, i.e. until the
+  // receiver's host has enqueued everything that uses it.
   void send(const void* src, std::size_t bytes, void* stream, Deadline deadline);
-  // After the last send: waits for the outstanding credits and `stream`, closes the IPC
-  // handles, then tells the receiver, which may then free its slots.
+  // After the last send: waits for the last credit and `stream`, closes the IPC handles, then
+  // tells the receiver, which may then let its buffer go.
   void finish(void* stream, Deadline deadline);
   std::size_t sent() const;
 
@@ -103,17 +106,22 @@ class CudaIpcReceiver {
     transport::Link* link = nullptr;
     int rank = 0;
     int gpu = 0;
-    std::size_t bytes = 0;  // slot size: the largest hand-off the sender may send
+    std::size_t bytes = 0;  // the largest hand-off the sender may send
     bool required = false;
     HandoffWait wait;
+    // Where hand-offs land: device memory of `gpu`, the base of its own allocation (the IPC
+    // handle maps whole allocations), at least `bytes`, neither freed nor moved until
+    // finish() returned or this object is gone.
+    void* dst = nullptr;
   };
   static std::unique_ptr<CudaIpcReceiver> connect(const Setup& s, Deadline deadline, std::string* why);
   ~CudaIpcReceiver();
-  // Waits (host) for the next ready signal, then enqueues on `stream` the wait for the
-  // slot's "filled" event and the copy of `bytes` into device memory `dst`.
-  void receive(void* dst, std::size_t bytes, void* stream, Deadline deadline);
-  // After the last receive: waits for the sender's end message (its handles are closed),
-  // then frees the slots.
+  // Marks the previous hand-off as used (everything enqueued on `stream` so far) and credits
+  // it; waits (host) for the next ready signal; enqueues on `stream` the wait for its copy.
+  // Then `dst` holds `bytes` of it for whatever is enqueued next on `stream`.
+  void receive(std::size_t bytes, void* stream, Deadline deadline);
+  // After the last receive (and everything using it enqueued): credits it, waits for the
+  // sender's end message (its handles are closed), then releases the events.
   void finish(void* stream, Deadline deadline);
   std::size_t received() const;
 
