@@ -105,6 +105,10 @@ Action define_run(CLI::App& sub) {
   sub.add_option("--model", g.model_dir, "Checkpoint: a directory (config.json + safetensors) or a .gguf file");
   sub.add_option("--preset", g.preset, "Without --model: a synthetic model generated in memory (see make-model)")
       ->capture_default_str();
+  sub.add_option("--preset-dtype", g.preset_dtype,
+                 "The preset's weight dtype: f32 (kept in f32), bf16 or f16, as a checkpoint stored so would load")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
   add_variant_flags(sub, g.variant, g.variant_layers);
   add_layout_flags(sub, g.pp, g.tp);
   add_device_flag(sub, o->device);

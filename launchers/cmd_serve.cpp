@@ -195,6 +195,10 @@ Action define_serve(CLI::App& sub) {
   sub.add_option("--model", g.model_dir, "Checkpoint: a .gguf file (with its tokenizer and chat template) or a directory");
   sub.add_option("--preset", g.preset, "Without --model: a synthetic model generated in memory (byte-level text)")
       ->capture_default_str();
+  sub.add_option("--preset-dtype", g.preset_dtype,
+                 "The preset's weight dtype: f32 (kept in f32), bf16 or f16, as a checkpoint stored so would load")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
   sub.add_option("--model-name", o->model_name, "The model id clients name (default: the file's stem)");
   add_variant_flags(sub, g.variant, g.variant_layers);
   add_layout_flags(sub, g.pp, g.tp);

@@ -170,7 +170,7 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   }
   if (me == 0)
     spdlog::info("trellis run: pp={} tp={} model {} ({} layers, hidden {}), {} requests, KV budget {} positions/rank",
-                 o.pp, o.tp, o.model_dir.empty() ? "preset " + o.preset : o.model_dir, cfg.num_layers, cfg.hidden_size,
+                 o.pp, o.tp, o.model_dir.empty() ? fmt::format("preset {} ({})", o.preset, o.preset_dtype) : o.model_dir, cfg.num_layers, cfg.hidden_size,
                  requests.size(), eo.scheduler.kv_budget_tokens);
   world.barrier(setup);
   EngineResult result;

@@ -249,7 +249,10 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
     cfg = parse_model_config(*text, reader->describe() + "/config.json");
   } else {
     cfg = model_preset(o.preset);
-    reader = make_synthetic_reader(cfg, "F32", o.seed);
+    const std::string& d = o.preset_dtype;
+    if (d != "f32" && d != "bf16" && d != "f16")
+      throw_error(ErrorCode::kInvalidArgument, "--preset-dtype {}: expected f32, bf16 or f16", d);
+    reader = make_synthetic_reader(cfg, d == "f32" ? "F32" : d == "bf16" ? "BF16" : "F16", o.seed);
   }
   // Checked before anything is loaded: a variant the model or layout cannot host fails here.
   const VariantSpec variant = j->variant = parse_variant_spec(o.variant, o.variant_layers, cfg.num_layers);

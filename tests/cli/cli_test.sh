@@ -33,6 +33,8 @@ check "bad size flag names flag"       1 "--max-size"            -- "$T" bench r
 check "run --prompt prints the answer" 0 "answer:"              -- "$T" run --preset tiny --prompt "hello" --max-tokens 3
 check "run --chat needs a prompt"      2 "--chat needs text prompts" -- "$T" run --preset tiny --chat
 check "run --max-tokens must be > 0"   2 "--max-tokens"          -- "$T" run --preset tiny --prompt hi --max-tokens 0
+check "run --preset-dtype bf16 loads"  0 "preset tiny (bf16)"    -- "$T" run --preset tiny --preset-dtype bf16 --prompt hi --max-tokens 2
+check "run --preset-dtype unknown"     2 "--preset-dtype"        -- "$T" run --preset tiny --preset-dtype f8 --prompt hi
 check "serve: bad port named"          2 "serve.port"            -- "$T" serve --preset tiny --port 70000
 # Every numeric setting has a range, checked when it is set (flag, --set or environment):
 # exit 2 and the range in the message (issue 23.5). Memory and time are capped so that a

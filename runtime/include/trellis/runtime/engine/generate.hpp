@@ -16,6 +16,9 @@ namespace trellis::runtime {
 struct GenerateOptions {
   std::string model_dir;         // checkpoint directory (config.json + safetensors)
   std::string preset = "tiny";   // used when model_dir is empty: a synthetic model in memory
+  // The preset's stored dtype: f32 (weights kept in f32), bf16 or f16 (kept in bf16 / f32 as a
+  // checkpoint of that dtype would be). A GPU decode reads bf16 weights at half the bytes.
+  std::string preset_dtype = "f32";
   std::string variant = "standard";  // model variant (variants.hpp): standard, parallel, ladder, ...
   std::string variant_layers;        // "A-B": layers the variant applies to (default: all)
   std::uint64_t seed = 1;        // synthetic weights' seed
