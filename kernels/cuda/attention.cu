@@ -55,7 +55,10 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a,
   const int h0 = g * group + chunk * kMaxQ;
   const int nq = min(kMaxQ, g * group + group - h0);
   const KvRef kv = a.kv[r];
-  const std::int64_t per_split = (a.max_length + splits - 1) / splits;
+  // The splits share this row's own keys: in a CUDA graph `splits` was fixed for the cache's
+  // capacity, and splitting the capacity left one or two splits holding every key of a short
+  // sequence (10 us a layer on an H200 at ~100 keys, ncu).
+  const std::int64_t per_split = (kv.length + splits - 1) / splits;
   const std::int64_t begin = blockIdx.y * per_split, end = min(begin + per_split, kv.length);
 
   float q[kMaxQ][kE], acc[kMaxQ][kE], m[kMaxQ], l[kMaxQ];
@@ -206,8 +209,9 @@ int attention_splits(const AttentionArgs& a, int sm_count) {
   const std::int64_t want = 2LL * sm_count;  // two blocks per SM hide some latency
   // A block's warps walk their keys one at a time (a dependent load each): decode of one
   // sequence (8 KV heads: 8 blocks) took ~40 us a layer at 100 keys on an H200 when only
-  // lengths above 128 were split. Splits of at least 32 keys (8 per warp) from 64 keys up.
-  constexpr std::int64_t kMinKeys = 32;
+  // lengths above 128 were split, and ~10 us with splits of 32 keys (8 per warp). Splits of
+  // at least 8 keys (2 per warp) from 16 keys up.
+  constexpr std::int64_t kMinKeys = 8;
   if (blocks >= want || a.max_length < 2 * kMinKeys) return 1;
   std::int64_t splits = (want + blocks - 1) / blocks;
   splits = min(splits, (a.max_length + kMinKeys - 1) / kMinKeys);

@@ -11,6 +11,7 @@ namespace trellis::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kRowThreads = 1024;  // one block per row (rms_norm)
 
 unsigned grid_for(std::int64_t n) {
   // Enough blocks to fill an H100 several times over; the loop covers the rest.
@@ -174,7 +175,10 @@ cudaError_t launch_add_bias(const Mat& y, const Mat& bias, cudaStream_t s) {
 
 cudaError_t launch_rms_norm(const Mat& x, const Mat& weight, float eps, const Mat& y, cudaStream_t s) {
   if (x.rows == 0) return cudaSuccess;
-  rms_norm_kernel<<<rows_grid(x.rows), kThreads, 0, s>>>(x, weight, eps, y);
+  // A decode step normalises one row per block: its loads are the whole cost, and with 256
+  // threads each thread waited on 8 of them in turn, twice (6.9 us a norm on an H200, ncu,
+  // docs/gpu-runs/2026-11-27-h200-12). 1024 threads wait on 2.
+  rms_norm_kernel<<<rows_grid(x.rows), kRowThreads, 0, s>>>(x, weight, eps, y);
   return cudaGetLastError();
 }
 

@@ -213,7 +213,8 @@ void LlamaModel::attention_core(const Batch& batch, const TensorView& qkv, int l
   }
 }
 
-void LlamaModel::attention_partial(int layer, const Batch& batch, const TensorView& x, const TensorView& out) {
+void LlamaModel::attention_partial(int layer, const Batch& batch, const TensorView& x, const TensorView& out,
+                                   float beta) {
   check_batch(batch);
   const Layer& y = layer_ref(layer);
   const std::int64_t T = batch.total_tokens(), qc = tp_layout_.q_cols(cfg_.head_dim),
@@ -224,14 +225,15 @@ void LlamaModel::attention_partial(int layer, const Batch& batch, const TensorVi
   kernels::matmul(ctx_, n, y.wqkv, qkv);
   if (!y.bqkv.empty_tensor()) kernels::add_bias(ctx_, qkv, y.bqkv);
   positions_ = batch.positions();
-  kernels::apply_rope(ctx_, rope_, qkv.slice_cols(0, qc), tp_layout_.heads, positions_);
-  kernels::apply_rope(ctx_, rope_, qkv.slice_cols(qc, kvc), tp_layout_.kv_heads, positions_);
+  // q's heads and k's heads lie side by side in qkv and turn alike: one call for both (on a
+  // GPU one launch and one upload of the positions fewer per layer).
+  kernels::apply_rope(ctx_, rope_, qkv.slice_cols(0, qc + kvc), tp_layout_.heads + tp_layout_.kv_heads, positions_);
   TensorView attn = scratch(kAttn, T, qc, gemm_input(T, y.wo));
   attention_core(batch, qkv, layer, attn);
-  kernels::matmul(ctx_, attn, y.wo, out);
+  kernels::matmul(ctx_, attn, y.wo, out, {.beta = beta});
 }
 
-void LlamaModel::mlp_partial(int layer, const TensorView& x, const TensorView& out) {
+void LlamaModel::mlp_partial(int layer, const TensorView& x, const TensorView& out, float beta) {
   const Layer& y = layer_ref(layer);
   const std::int64_t T = x.rows(), I = tp_layout_.inter;
   TensorView n = scratch(kNormed, T, cfg_.hidden_size, gemm_input(T, y.w_gate_up));
@@ -243,7 +245,7 @@ void LlamaModel::mlp_partial(int layer, const TensorView& x, const TensorView& o
   // In place (f32), or into a slot of its own in the down projection's 16-bit type.
   TensorView a = act == kernels::DType::kF32 ? g : scratch(kAct16, T, I, act);
   kernels::swiglu(ctx_, g, gu.slice_cols(I, I), a);
-  kernels::matmul(ctx_, a, y.w_down, out);
+  kernels::matmul(ctx_, a, y.w_down, out, {.beta = beta});
 }
 
 void LlamaModel::all_reduce(const TensorView& partial) {
@@ -282,15 +284,29 @@ void LlamaModel::standard_layer(int layer, const Batch& batch, const TensorView&
     if (tp_.size() > 1) ++skipped_reductions_;
     return true;
   };
+  // A GPU decode step on one TP rank adds each projection straight onto x in the matmul's
+  // epilogue (x = a w^T + 1 * x, rounded once, as the add kernel rounds x + p): two launches
+  // and two passes over x fewer per layer. Decode rows only (the GEMV's), and never on the
+  // CPU, whose GEMM would sum in another order than its add.
+  const bool onto_x = tp_.size() == 1 && x.device != kernels::Device::kCpu && x.rows() <= kernels::kGemvMaxRows &&
+                      !ctx_.batch_invariant();
   if (!skipped(0)) {
-    attention_partial(layer, batch, x, p);
-    all_reduce(p);
-    kernels::add(ctx_, x, p, x);
+    if (onto_x) {
+      attention_partial(layer, batch, x, x, 1.0f);
+    } else {
+      attention_partial(layer, batch, x, p);
+      all_reduce(p);
+      kernels::add(ctx_, x, p, x);
+    }
   }
   if (!skipped(1)) {
-    mlp_partial(layer, x, p);
-    all_reduce(p);
-    kernels::add(ctx_, x, p, x);
+    if (onto_x) {
+      mlp_partial(layer, x, x, 1.0f);
+    } else {
+      mlp_partial(layer, x, p);
+      all_reduce(p);
+      kernels::add(ctx_, x, p, x);
+    }
   }
 }
 

@@ -199,11 +199,14 @@ class LlamaModel {
   // x[T, H] = embedding of batch.tokens (vocab-parallel lookup + all-reduce). Stage 0 only.
   void embed(const Batch& batch, const kernels::TensorView& x);
   // out[T, H] = this rank's partial sum of o_proj(attention(rope(qkv(rms_norm(x))))) for
-  // `layer`, writing the new K/V into the cache. No communication; `out` may not alias x.
+  // `layer`, writing the new K/V into the cache. No communication. With `beta` 1 the sum is
+  // added onto out (out = sum + out, the projection's epilogue), and out may be x itself (the
+  // residual add; x is read before it is written); with 0 (the default) out may not alias x.
   void attention_partial(int layer, const Batch& batch, const kernels::TensorView& x,
-                         const kernels::TensorView& out);
-  // out[T, H] = this rank's partial sum of down(swiglu(gate(n), up(n))), n = rms_norm(x).
-  void mlp_partial(int layer, const kernels::TensorView& x, const kernels::TensorView& out);
+                         const kernels::TensorView& out, float beta = 0.0f);
+  // out[T, H] = this rank's partial sum of down(swiglu(gate(n), up(n))), n = rms_norm(x);
+  // `beta` as for attention_partial.
+  void mlp_partial(int layer, const kernels::TensorView& x, const kernels::TensorView& out, float beta = 0.0f);
   // [rows, H] f32 for a partial sum that the TP all-reduce will complete: buffer `which`
   // (0 or 1; both can be in use at once, e.g. one in flight while the next module writes the
   // other) of the registered window when it holds `rows` rows, else private scratch. Valid
