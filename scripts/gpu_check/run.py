@@ -19,6 +19,8 @@ from .common import *  # noqa: F401,F403
 from .pack import read_models_env, model_note  # noqa: F401
 from .model_parts import stash
 from .handoff import handoff_bench
+from .ablation import ablation_bench
+from .profile import profile_kernels, preset_dtype_args
 
 # ----------------------------------------------------------------------------------------- run
 
@@ -281,20 +283,29 @@ def decode_runs(rep, env, scratch, budget, a, gpu_present):
     (batch 16). The batch-1 graph run leaves its timeline (trace-cuda-b1.json)."""
     # The CPU run is the stand-in where there is no GPU (it checks the script); on a GPU
     # machine its host CPU is not ours to report and the time is better spent on the GPU.
-    runs = ([("cuda", 1, 128, True), ("cuda", 1, 128, False), ("cuda", 16, 64, True), ("cuda", 16, 64, False)]
-            if gpu_present else [("cpu", 1, 32, False)])
+    runs = ([("cuda", 1, 128, True, a.preset_dtype), ("cuda", 1, 128, False, a.preset_dtype),
+             ("cuda", 16, 64, True, a.preset_dtype), ("cuda", 16, 64, False, a.preset_dtype)]
+            if gpu_present else [("cpu", 1, 32, False, a.preset_dtype)])
+    # --decode-also-dtype: batch 1 with and without graphs in another weight dtype too (the
+    # same kernels at another weight read, e.g. f32 to compare with calls before bf16).
+    if gpu_present and a.decode_also_dtype and a.decode_also_dtype != a.preset_dtype:
+        runs += [("cuda", 1, 128, True, a.decode_also_dtype), ("cuda", 1, 128, False, a.decode_also_dtype)]
     found, parts = [], [] if gpu_present else ["cuda: no GPU"]
-    for device, n, out_tokens, graphs in runs:
+    for device, n, out_tokens, graphs, dtype in runs:
         argv = ["trellis", "run", "--device", device, "--preset", a.decode_preset,
                 "--workload", f"n={n},in=32,out={out_tokens},seed=1", "--json"] + a.decode_args.split()
+        argv += preset_dtype_args(env, a, dtype)
         if device == "cuda" and not graphs:
             argv.append("--no-cuda-graphs")
-        if n == 1 and (graphs or device == "cpu"):
+        if n == 1 and (graphs or device == "cpu") and dtype == a.preset_dtype:
             argv += ["--trace", str(rep.out / f"trace-{device}-b1.json")]
         rc, out, secs = run_logged(rep, argv, env, budget.cap(a.bench_timeout, a.reserve_s), log=rep.log)
         j = first_json(out) if rc == 0 else None
         label = f"{device}{'' if device == 'cpu' else (' graphs' if graphs else ' eager')} b={n}"
-        row = {"device": device, "cuda_graphs": graphs, "batch": n, "out": out_tokens, "exit": rc, "seconds": round(secs, 1)}
+        if dtype != a.preset_dtype:
+            label += f" {dtype}"
+        row = {"device": device, "cuda_graphs": graphs, "batch": n, "out": out_tokens, "dtype": dtype, "exit": rc,
+               "seconds": round(secs, 1)}
         m = re.search(r"cuda graphs: ([0-9]+) captured, ([0-9]+) replays", out)
         if m:
             row.update(graphs_captured=int(m.group(1)), graph_replays=int(m.group(2)))
@@ -310,7 +321,7 @@ def decode_runs(rep, env, scratch, budget, a, gpu_present):
             parts.append(f"{label} exit {rc}")
         rep.say(f"  {label:18s}: " + (parts[-1] if "error" not in row else f"exit {rc}: {row['error']}"))
         found.append(row)
-    (rep.out / "bench-decode.json").write_text(json.dumps({"preset": a.decode_preset, "runs": found}, indent=1) + "\n")
+    (rep.out / "bench-decode.json").write_text(json.dumps({"preset": a.decode_preset, "preset_dtype": a.preset_dtype, "runs": found}, indent=1) + "\n")
     failed = sum(1 for r in found if "error" in r)
     return f"{a.decode_preset}: " + "; ".join(parts), failed
 
@@ -401,7 +412,10 @@ def smollm2_bench(rep, env, shim, scratch, budget, a, model):
 def bench(rep, env, shim, scratch, budget, a, gpu_present):
     results = {}
     rep.section("trellis bench kernels (GPU)")
-    if help_has(env, "kernels", "--device"):
+    if a.skip_kernels:
+        results["kernels"] = "skipped (--skip-kernels)"
+        rep.say("  " + results["kernels"])
+    elif help_has(env, "kernels", "--device"):
         argv = ["trellis", "bench", "kernels", "--device", "cuda", "--json"] + a.kernels_args.split()
         rc, out, secs = run_logged(rep, argv, env, budget.cap(a.bench_timeout, a.reserve_s), log=rep.log)
         (rep.out / "bench-kernels.json").write_text(out)
@@ -415,9 +429,24 @@ def bench(rep, env, shim, scratch, budget, a, gpu_present):
     if help_has(env, "run", "--device", top=True):
         results["decode"], failed = decode_runs(rep, env, scratch, budget, a, gpu_present)
         results["_failed"] = results.get("_failed", 0) + failed
-    results["bench model"] = bench_model(rep, env, shim, scratch, budget, a, gpu_present)
+    if not a.skip_model:
+        results["bench model"] = bench_model(rep, env, shim, scratch, budget, a, gpu_present)
     results["handoff"], failed = handoff_bench(rep, env, budget, a, run_logged, help_has)
     results["_failed"] = results.get("_failed", 0) + (failed if gpu_present else 0)
+    # Opt-in extras: an error inside one is reported and never costs the summary.
+    if a.ablation:
+        try:
+            results["ablation"], failed = ablation_bench(rep, env, budget, a, run_logged, gpu_present)
+        except Exception as e:  # noqa: BLE001
+            results["ablation"], failed = f"crashed: {e!r}", 1
+            rep.say("  " + results["ablation"])
+        results["_failed"] += failed
+    if a.profile_kernels:  # after the ablation: MPS is stopped again (ncu does not profile MPS clients)
+        try:
+            results["profile"] = profile_kernels(rep, env, budget, a, run_logged)
+        except Exception as e:  # noqa: BLE001 (not counted: ncu's profile is an aid, not a check)
+            results["profile"] = f"crashed: {e!r}"
+            rep.say("  " + results["profile"])
     return results
 
 
