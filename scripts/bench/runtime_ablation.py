@@ -44,7 +44,8 @@ per-run timeouts shortened to fit); --keep-going records a failed or timed-out r
 tail of its output) and goes on instead of exiting (unless no run has succeeded yet: then
 the rest are not started), and exits 1 after the table. --json-out FILE writes the table's rows
 (batch, variant, tokens/s of each repetition, medians, ratio against all off) and the
-settings as JSON, beside the Markdown table on stdout.
+settings as JSON, beside the Markdown table on stdout. --run-args "..." adds arguments to every
+`trellis run` (e.g. --run-args='--preset-dtype bf16': a GPU preset with bf16 weights).
 """
 import argparse
 import json
