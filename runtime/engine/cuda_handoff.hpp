@@ -54,6 +54,18 @@ std::unique_ptr<IpcPeerTarget> open_ipc_target(int gpu, std::span<const std::byt
 // Waits (host) until everything enqueued on `stream` so far has finished.
 void sync_stream(int gpu, void* stream);
 
+// The device side as the protocol in stage_handoff.cpp calls it: the three functions above
+// (CUDA's, or the refusals of a build without CUDA). A test may point them elsewhere to run
+// the protocol (credits, ready signals, their order) without a GPU, and must restore them;
+// nothing else changes them.
+struct IpcDevice {
+  std::unique_ptr<IpcTarget> (*make_target)(int gpu, void* dst, std::size_t bytes) = make_ipc_target;
+  std::unique_ptr<IpcPeerTarget> (*open_target)(int gpu, std::span<const std::byte> handles,
+                                                std::size_t bytes) = open_ipc_target;
+  void (*sync)(int gpu, void* stream) = sync_stream;
+};
+IpcDevice& ipc_device();
+
 // For `trellis bench handoff`: a device buffer with its own stream.
 class DeviceScratch {
  public:

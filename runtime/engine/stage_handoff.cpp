@@ -125,6 +125,13 @@ Side make_side(transport::Link* link, int rank, int gpu, bool required, HandoffW
 
 }  // namespace
 
+namespace detail {
+IpcDevice& ipc_device() {
+  static IpcDevice device;
+  return device;
+}
+}  // namespace detail
+
 StageHandoff parse_stage_handoff(std::string_view name, std::string_view what) {
   if (name == "auto") return StageHandoff::kAuto;
   if (name == "host") return StageHandoff::kHost;
@@ -238,7 +245,7 @@ std::unique_ptr<CudaIpcSender> CudaIpcSender::connect(const Setup& s, Deadline d
     failure = fmt::format("the receiver's destination holds {} bytes, this stage sends up to {}", got.dst_bytes, s.bytes);
   } else {
     try {
-      impl->peer = detail::open_ipc_target(s.gpu, got.handles, got.dst_bytes);
+      impl->peer = detail::ipc_device().open_target(s.gpu, got.handles, got.dst_bytes);
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -277,7 +284,7 @@ void CudaIpcSender::finish(void* stream, Deadline deadline) {
       d.side.wait(*r, deadline, "ready signal");
       r.reset();
     }
-  detail::sync_stream(d.side.gpu, stream);  // our copies into the peer's memory have landed
+  detail::ipc_device().sync(d.side.gpu, stream);  // our copies into the peer's memory have landed
   d.peer.reset();                           // closes the IPC handles before the receiver lets go
   auto req = d.side.link->isend(std::as_bytes(std::span(&d.end_buf, 1)), kTagReady);
   d.side.wait(*req, deadline, "end message");
@@ -317,7 +324,7 @@ std::unique_ptr<CudaIpcReceiver> CudaIpcReceiver::connect(const Setup& s, Deadli
   std::string failure;
   std::vector<std::byte> handles;
   try {
-    impl->target = detail::make_ipc_target(s.gpu, s.dst, s.bytes);
+    impl->target = detail::ipc_device().make_target(s.gpu, s.dst, s.bytes);
     handles = impl->target->export_handles();
   } catch (const std::exception& e) {
     failure = e.what();
@@ -373,7 +380,7 @@ void CudaIpcReceiver::finish(void* stream, Deadline deadline) {
   if (d.ready_buf != kEnd)
     throw_error(ErrorCode::kCorruptInput, "rank {}: {}: hand-off {} after the last one ({} received)", d.side.rank,
                 d.side.name, d.ready_buf, d.received);
-  detail::sync_stream(d.side.gpu, stream);  // our reads of the destination are done
+  detail::ipc_device().sync(d.side.gpu, stream);  // our reads of the destination are done
   d.target.reset();
 }
 
