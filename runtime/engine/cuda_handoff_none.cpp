@@ -20,8 +20,14 @@ namespace {
 bool cuda_ipc_compiled() { return false; }
 std::string cuda_ipc_missing() { return std::string("built without CUDA (") + TRELLIS_CUDA_HANDOFF_WHY + ")"; }
 
-std::unique_ptr<IpcTarget> make_ipc_target(int, void*, std::size_t) { refuse("CUDA IPC hand-off target"); }
-std::unique_ptr<IpcPeerTarget> open_ipc_target(int, std::span<const std::byte>, std::size_t) {
+bool stream_values_usable(int, std::string* why) {
+  if (why) *why = cuda_ipc_missing();
+  return false;
+}
+std::unique_ptr<IpcTarget> make_ipc_target(int, void*, std::size_t, IpcSignal) {
+  refuse("CUDA IPC hand-off target");
+}
+std::unique_ptr<IpcPeerTarget> open_ipc_target(int, std::span<const std::byte>, std::size_t, IpcSignal) {
   refuse("CUDA IPC hand-off target");
 }
 void sync_stream(int, void*) { refuse("CUDA stream synchronize"); }

@@ -2,7 +2,9 @@
 # `trellis run --device cuda` (CUDA graphs on, and --no-cuda-graphs) against `--device cpu`,
 # greedy (label gpu; exit 77 without a GPU). The graph run must say it replayed graphs. At pp=2
 # the stage boundary must say it uses CUDA IPC (two processes on one GPU), and a run with the
-# host path forced (--stage-handoff host) must give the same tokens.
+# host path forced (--stage-handoff host) must give the same tokens, and so must the hand-off
+# with interprocess events (comm.handoff_signal=event) where the default (auto) said it uses
+# stream values (cuStreamWaitValue32; the sender names the signal beside its count).
 #   gpu_run_test.sh TRELLIS MPIEXEC [FLAGS...]
 # Layouts: 1x1, and pp=2 with both ranks sharing GPU 0 (local rank modulo the visible GPUs).
 # * synthetic tiny model (f32 weights: the GPU's matmuls are cuBLASLt f32, logits within ~1e-4):
@@ -62,14 +64,16 @@ for c in "${cases[@]}"; do
     declare -A got=()
     # cuda: decode steps replayed as CUDA graphs (the default); eager: every op launched.
     # host (pp=2): the stage hand-off through host memory, forced.
-    devs=(cpu cuda eager); [ "$pp" = 2 ] && devs+=(host)
+    # event (pp=2): the CUDA IPC hand-off ordered by interprocess events instead.
+    devs=(cpu cuda eager); [ "$pp" = 2 ] && devs+=(host event)
     for dev in "${devs[@]}"; do
       f="$WORK/${name}_${pp}_${dev}.jsonl"
-      flags=(--device "$dev")
+      flags=(--device "$dev"); pre=()
       [ "$dev" = eager ] && flags=(--device cuda --no-cuda-graphs)
       [ "$dev" = host ] && flags=(--device cuda --stage-handoff host)
+      [ "$dev" = event ] && { flags=(--device cuda); pre=(--set comm.handoff_signal=event); }
       # shellcheck disable=SC2086
-      if run "$pp" run $args --pp "$pp" "${flags[@]}" --max-context 128 --out "$f" > "$WORK/log" 2>&1; then
+      if run "$pp" "${pre[@]}" run $args --pp "$pp" "${flags[@]}" --max-context 128 --out "$f" > "$WORK/log" 2>&1; then
         got[$dev]=$(tokens_of "$f")
         if [ "$dev" = cuda ]; then
           if grep -Eq "cuda graphs: [1-9][0-9]* captured, [1-9][0-9]* replays" "$WORK/log"; then
@@ -87,12 +91,19 @@ for c in "${cases[@]}"; do
             bad "$name pp=$pp $dev: no iteration went through CUDA IPC"; grep -i "hand-off\|ipc" "$WORK/log" | head -3
           elif [ "$want" = host ] && [ -n "$used" ]; then bad "$name pp=$pp $dev: CUDA IPC used with the host path forced"
           elif [ -n "$used" ]; then ok "$name pp=$pp $dev: $used"; fi
+          # The sender names the signal; auto picks stream values where the driver has them.
+          sig=$(grep -Eo "iterations through CUDA IPC \([a-z-]+ signal" "$WORK/log" | head -1)
+          if [ "$want" = cuda-ipc ]; then
+            wsig="stream-value"; [ "$dev" = event ] && wsig="event"
+            if [[ "$sig" == *"($wsig signal" ]]; then ok "$name pp=$pp $dev: $sig"
+            else bad "$name pp=$pp $dev: expected the $wsig signal, got '$sig'"; grep -i "signal" "$WORK/log" | head -3; fi
+          fi
         fi
       else
         bad "$name pp=$pp --device $dev failed"; tail -8 "$WORK/log"
       fi
     done
-    for pair in "cuda cpu" "eager cpu" "cuda eager" "host cpu" "cuda host"; do
+    for pair in "cuda cpu" "eager cpu" "cuda eager" "host cpu" "cuda host" "event cpu" "cuda event"; do
       read -r a b <<<"$pair"
       [ -n "${got[$a]:-}" ] && [ -n "${got[$b]:-}" ] || continue
       if [ "${got[$a]}" = "${got[$b]}" ]; then ok "$name pp=$pp: $a tokens equal $b"

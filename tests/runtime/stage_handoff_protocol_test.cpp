@@ -35,6 +35,10 @@ struct World {
   std::mutex mu;
   std::vector<std::byte> x = std::vector<std::byte>(kBytes);
   int puts = 0, arrived = 0, consumed = 0, syncs = 0;
+  // What the fake GPUs 0 and 1 answer to "stream memory operations?", and the signals the
+  // fakes were built with (0: none yet).
+  bool values_on_gpu[2] = {true, true};
+  int target_signal = 0, peer_signal = 0;
   std::vector<std::string> violations;
   void fail(std::string what) { violations.push_back(std::move(what)); }
 };
@@ -44,16 +48,20 @@ class FakeTarget final : public detail::IpcTarget {
  public:
   std::vector<std::byte> export_handles() const override { return std::vector<std::byte>(detail::kIpcExportBytes); }
   std::size_t bytes() const override { return kBytes; }
-  void arrived(void*) override {
+  void arrived(std::uint64_t n, void*) override {
     std::lock_guard lock(g_world->mu);
     World& w = *g_world;
+    if (n != static_cast<std::uint64_t>(w.arrived)) w.fail("arrived(" + std::to_string(n) + ") for hand-off " +
+                                                           std::to_string(w.arrived));
     if (w.puts != w.arrived + 1)
       w.fail("arrived for hand-off " + std::to_string(w.arrived) + " after " + std::to_string(w.puts) + " copies");
     ++w.arrived;
   }
-  void consumed(void*) override {
+  void consumed(std::uint64_t n, void*) override {
     std::lock_guard lock(g_world->mu);
     World& w = *g_world;
+    if (n != static_cast<std::uint64_t>(w.consumed)) w.fail("consumed(" + std::to_string(n) + ") for hand-off " +
+                                                            std::to_string(w.consumed));
     if (w.consumed + 1 != w.arrived)
       w.fail("consumed recorded " + std::to_string(w.consumed + 1) + " times after " + std::to_string(w.arrived) +
              " arrivals");
@@ -63,12 +71,13 @@ class FakeTarget final : public detail::IpcTarget {
 
 class FakePeer final : public detail::IpcPeerTarget {
  public:
-  void put(bool first, const void* src, std::size_t bytes, void*) override {
+  void put(std::uint64_t seq, const void* src, std::size_t bytes, void*) override {
     std::lock_guard lock(g_world->mu);
     World& w = *g_world;
     const int n = w.puts;
-    if (first != (n == 0)) w.fail("hand-off " + std::to_string(n) + ": first=" + std::to_string(first));
-    // The stream wait on "consumed" captures the latest record: it must be hand-off n-1's.
+    if (seq != static_cast<std::uint64_t>(n)) w.fail("put(" + std::to_string(seq) + ") for hand-off " + std::to_string(n));
+    // The stream wait on "consumed" (the latest event record, or the word reaching n) must be
+    // satisfied by hand-off n-1's mark.
     if (n > 0 && w.consumed != n)
       w.fail("copy of hand-off " + std::to_string(n) + " with " + std::to_string(w.consumed) + " consumed records");
     if (w.arrived > w.consumed) w.fail("copy of hand-off " + std::to_string(n) + " while x is in use");
@@ -78,12 +87,23 @@ class FakePeer final : public detail::IpcPeerTarget {
   }
 };
 
-std::unique_ptr<detail::IpcTarget> make_fake(int, void* dst, std::size_t) {
+std::unique_ptr<detail::IpcTarget> make_fake(int, void* dst, std::size_t, detail::IpcSignal signal) {
   if (!dst) throw std::runtime_error("no destination");
+  std::lock_guard lock(g_world->mu);
+  g_world->target_signal = static_cast<int>(signal);
   return std::make_unique<FakeTarget>();
 }
-std::unique_ptr<detail::IpcPeerTarget> open_fake(int, std::span<const std::byte>, std::size_t) {
+std::unique_ptr<detail::IpcPeerTarget> open_fake(int, std::span<const std::byte>, std::size_t,
+                                                 detail::IpcSignal signal) {
+  std::lock_guard lock(g_world->mu);
+  g_world->peer_signal = static_cast<int>(signal);
   return std::make_unique<FakePeer>();
+}
+bool values_fake(int gpu, std::string* why) {
+  std::lock_guard lock(g_world->mu);
+  const bool ok = g_world->values_on_gpu[gpu & 1];
+  if (!ok && why) *why = "fake GPU " + std::to_string(gpu) + " has no stream memory operations";
+  return ok;
 }
 void sync_fake(int, void*) {
   std::lock_guard lock(g_world->mu);
@@ -95,7 +115,7 @@ struct FakeDevice {
   detail::IpcDevice saved = detail::ipc_device();
   explicit FakeDevice(World& w) {
     g_world = &w;
-    detail::ipc_device() = detail::IpcDevice{make_fake, open_fake, sync_fake};
+    detail::ipc_device() = detail::IpcDevice{make_fake, open_fake, sync_fake, values_fake};
   }
   ~FakeDevice() {
     detail::ipc_device() = saved;
@@ -107,9 +127,18 @@ void jitter(std::mt19937& rng) {
   if (rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
 }
 
-TEST(StageHandoffProtocol, NoCopyOverwritesAnXInUseAndEveryArrivalSeesItsBytes) {
+// The protocol is the same for both GPU signals; under auto the fake GPUs offer stream values.
+class StageHandoffSignals : public ::testing::TestWithParam<HandoffSignal> {};
+INSTANTIATE_TEST_SUITE_P(Signals, StageHandoffSignals,
+                         ::testing::Values(HandoffSignal::kAuto, HandoffSignal::kEvent, HandoffSignal::kStreamValue),
+                         [](const auto& tpi) { return std::string(tpi.param == HandoffSignal::kAuto    ? "Auto"
+                                                                   : tpi.param == HandoffSignal::kEvent ? "Event"
+                                                                                                         : "StreamValue"); });
+
+TEST_P(StageHandoffSignals, NoCopyOverwritesAnXInUseAndEveryArrivalSeesItsBytes) {
   World w;
   FakeDevice device(w);
+  const HandoffSignal signal = GetParam();
   test::InProcHub hub;
   test::InProcTransport a(hub, 0), b(hub, 1);
   const auto deadline = Deadline::after(std::chrono::seconds(60));
@@ -120,7 +149,8 @@ TEST(StageHandoffProtocol, NoCopyOverwritesAnXInUseAndEveryArrivalSeesItsBytes) 
   std::thread rx([&] {
     try {
       std::mt19937 rng(7);
-      auto r = CudaIpcReceiver::connect({&b.link(0), 1, 0, kBytes, true, {}, x_dev}, deadline, nullptr);
+      auto r = CudaIpcReceiver::connect({&b.link(0), 1, 0, kBytes, true, {}, x_dev, signal}, deadline, nullptr);
+      EXPECT_EQ(r->signal(), signal == HandoffSignal::kEvent ? HandoffSignal::kEvent : HandoffSignal::kStreamValue);
       for (int n = 0; n < kHandoffs; ++n) {
         r->receive(kBytes, nullptr, deadline);
         jitter(rng);
@@ -143,7 +173,7 @@ TEST(StageHandoffProtocol, NoCopyOverwritesAnXInUseAndEveryArrivalSeesItsBytes) 
   std::string tx_error;
   try {
     std::mt19937 rng(11);
-    auto s = CudaIpcSender::connect({&a.link(1), 0, 0, kBytes, true, {}}, deadline, nullptr);
+    auto s = CudaIpcSender::connect({&a.link(1), 0, 0, kBytes, true, {}, signal}, deadline, nullptr);
     std::vector<std::byte> src(kBytes);
     for (int n = 0; n < kHandoffs; ++n) {
       std::fill(src.begin(), src.end(), static_cast<std::byte>(n % 251));
@@ -165,6 +195,80 @@ TEST(StageHandoffProtocol, NoCopyOverwritesAnXInUseAndEveryArrivalSeesItsBytes) 
   EXPECT_EQ(w.syncs, 2);             // each side's finish() waits for its stream once
   ASSERT_EQ(seen.size(), static_cast<std::size_t>(kHandoffs));
   for (int n = 0; n < kHandoffs; ++n) EXPECT_EQ(seen[static_cast<std::size_t>(n)], n % 251) << "hand-off " << n;
+  // Both ends were built for the signal the receiver picked.
+  const int want = static_cast<int>(signal == HandoffSignal::kEvent ? detail::IpcSignal::kEvent
+                                                                     : detail::IpcSignal::kStreamValue);
+  EXPECT_EQ(w.target_signal, want);
+  EXPECT_EQ(w.peer_signal, want);
+}
+
+// Connects a pair: the receiver on fake GPU 0 (rank 1), the sender on fake GPU 1 (rank 0).
+// The links outlive the two ends (declared first, destroyed last).
+struct Pair {
+  test::InProcHub hub;
+  test::InProcTransport a{hub, 0}, b{hub, 1};
+  std::byte x_dev[kBytes];
+  std::unique_ptr<CudaIpcReceiver> r;
+  std::unique_ptr<CudaIpcSender> s;
+  std::string r_why, s_why, r_error, s_error;
+};
+std::unique_ptr<Pair> connect_pair(HandoffSignal rx_signal, HandoffSignal tx_signal, bool required) {
+  const auto deadline = Deadline::after(std::chrono::seconds(20));
+  auto owned = std::make_unique<Pair>();
+  Pair& p = *owned;
+  std::thread rx([&] {
+    try {
+      p.r = CudaIpcReceiver::connect({&p.b.link(0), 1, 0, kBytes, required, {}, p.x_dev, rx_signal}, deadline,
+                                     &p.r_why);
+    } catch (const Error& e) {
+      p.r_error = e.what();
+    }
+  });
+  try {
+    p.s = CudaIpcSender::connect({&p.a.link(1), 0, 1, kBytes, required, {}, tx_signal}, deadline, &p.s_why);
+  } catch (const Error& e) {
+    p.s_error = e.what();
+  }
+  rx.join();
+  return owned;
+}
+
+// Which signal a pair ends up with, and how a signal one side cannot use fails: on both sides,
+// within the set-up exchange (no hang), as an error where the signal was named.
+TEST(StageHandoffProtocol, TheSignalIsTheReceiversChoiceAndAnUnusableOneFailsOnBothSides) {
+  World w;
+  FakeDevice device(w);
+  {  // auto, the receiver's GPU has no stream values: events, silently and correctly
+    w.values_on_gpu[0] = false;
+    auto pp = connect_pair(HandoffSignal::kAuto, HandoffSignal::kAuto, false);
+    Pair& p = *pp;
+    ASSERT_TRUE(p.r && p.s) << p.r_why << " / " << p.s_why;
+    EXPECT_EQ(p.r->signal(), HandoffSignal::kEvent);
+    EXPECT_EQ(p.s->signal(), HandoffSignal::kEvent);
+    EXPECT_NE(p.r->signal_reason().find("no stream memory operations"), std::string::npos) << p.r->signal_reason();
+  }
+  {  // auto, the receiver can and the sender cannot: both fall back (auto), saying why
+    w.values_on_gpu[0] = true;
+    w.values_on_gpu[1] = false;
+    auto pp = connect_pair(HandoffSignal::kAuto, HandoffSignal::kAuto, false);
+    Pair& p = *pp;
+    EXPECT_FALSE(p.r);
+    EXPECT_FALSE(p.s);
+    EXPECT_NE(p.s_why.find("this rank cannot"), std::string::npos) << p.s_why;
+    EXPECT_NE(p.r_why.find("could not open"), std::string::npos) << p.r_why;
+  }
+  {  // stream-value named where the receiver cannot: an error on both sides, naming it
+    w.values_on_gpu[0] = false;
+    w.values_on_gpu[1] = true;
+    auto pp = connect_pair(HandoffSignal::kStreamValue, HandoffSignal::kStreamValue, false);
+    Pair& p = *pp;
+    EXPECT_FALSE(p.r);
+    EXPECT_FALSE(p.s);
+    EXPECT_NE(p.r_error.find("comm.handoff_signal=stream-value"), std::string::npos) << p.r_error;
+    EXPECT_NE(p.s_error.find("fake GPU 0 has no stream memory operations"), std::string::npos) << p.s_error;
+  }
+  EXPECT_EQ(parse_handoff_signal("stream-value", "x"), HandoffSignal::kStreamValue);
+  EXPECT_THROW(parse_handoff_signal("flag", "comm.handoff_signal"), Error);
 }
 
 // A sender that finishes while the receiver has not taken its last hand-off waits for the

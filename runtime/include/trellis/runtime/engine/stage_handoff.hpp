@@ -15,6 +15,12 @@
 //    in stage_handoff.cpp).
 //  * auto: cuda-ipc where both ranks of a boundary run CUDA stages on one host, host
 //    elsewhere (across hosts, UCX with CUDA memory is not implemented: host path).
+// How the two GPU streams of a cuda-ipc boundary order their work (comm.handoff_signal):
+// `event` uses the two interprocess events above; `stream-value` has the streams write and
+// wait on two 32-bit words in the receiver's device memory (the driver's stream memory
+// operations: "filled = n + 1" behind the copy, "consumed = n + 1" behind the last use), which
+// takes the event API off the path; `auto` is stream-value where the driver offers it, event
+// otherwise. The host messages (ready, credit) and their deadlines are the same for both.
 // The CUDA calls live in engine/cuda_handoff.cpp (CUDA builds; engine/cuda_handoff_none.cpp
 // says "built without CUDA" otherwise). Every host wait has a deadline and a failure names
 // the rank, its peer and the link; every IPC handle is closed on every exit path.
@@ -39,6 +45,11 @@ enum class StageHandoff { kAuto, kHost, kCudaIpc };
 // "auto", "host", "cuda-ipc"; throws kInvalidArgument naming `what` and the valid names.
 StageHandoff parse_stage_handoff(std::string_view name, std::string_view what);
 std::string_view to_string(StageHandoff h);
+
+enum class HandoffSignal { kAuto, kEvent, kStreamValue };
+// "auto", "event", "stream-value"; throws kInvalidArgument naming `what` and the valid names.
+HandoffSignal parse_handoff_signal(std::string_view name, std::string_view what);
+std::string_view to_string(HandoffSignal s);
 
 // Whether this build can use CUDA IPC, and why not ("built without CUDA: ...").
 bool cuda_ipc_built();
@@ -80,6 +91,9 @@ class CudaIpcSender {
     std::size_t bytes = 0;  // the largest hand-off this side will send
     bool required = false;  // comm.stage_handoff=cuda-ipc
     HandoffWait wait;       // empty: Request::wait
+    // comm.handoff_signal: the receiver picks the signal and the sender follows it. A signal
+    // named (not auto) makes a failed set-up an error on both sides, as `required` does.
+    HandoffSignal signal = HandoffSignal::kAuto;
   };
   static std::unique_ptr<CudaIpcSender> connect(const Setup& s, Deadline deadline, std::string* why);
   ~CudaIpcSender();
@@ -92,6 +106,7 @@ class CudaIpcSender {
   // tells the receiver, which may then let its buffer go.
   void finish(void* stream, Deadline deadline);
   std::size_t sent() const;
+  HandoffSignal signal() const;  // the one in use: event or stream-value
 
   struct Impl;
 
@@ -113,6 +128,7 @@ class CudaIpcReceiver {
     // handle maps whole allocations), at least `bytes`, neither freed nor moved until
     // finish() returned or this object is gone.
     void* dst = nullptr;
+    HandoffSignal signal = HandoffSignal::kAuto;  // auto: stream-value where usable, else event
   };
   static std::unique_ptr<CudaIpcReceiver> connect(const Setup& s, Deadline deadline, std::string* why);
   ~CudaIpcReceiver();
@@ -124,6 +140,8 @@ class CudaIpcReceiver {
   // sender's end message (its handles are closed), then releases the events.
   void finish(void* stream, Deadline deadline);
   std::size_t received() const;
+  HandoffSignal signal() const;
+  const std::string& signal_reason() const;  // why this signal ("comm.handoff_signal=auto; ...")
 
   struct Impl;
 
@@ -132,16 +150,25 @@ class CudaIpcReceiver {
   std::unique_ptr<Impl> impl_;
 };
 
-// `trellis bench handoff`: two ranks of one host on CUDA devices ping-pong `bytes` `iters`
-// times through CUDA IPC hand-offs (rank_in_pair 0 starts), then each times a plain
-// cudaMemcpyAsync device -> device of the same bytes plus a stream synchronize, in the same
-// process. Medians in seconds; throws kUnsupported with the reason without CUDA.
+// `trellis bench handoff`: two ranks of one host on CUDA devices hand `bytes` back and forth
+// through CUDA IPC, once per signal (event, then stream-value where both ranks can use it):
+// `iters` ping-pongs (rank_in_pair 0 starts), then `iters` one-way hand-offs timed from the
+// sender's call to the receiver's host seeing the bytes land (one host: one monotonic clock).
+// Then rank 0 alone times a plain cudaMemcpyAsync device -> device of the same bytes plus a
+// stream synchronize, and the host path's two copies. Medians in seconds, on rank 0; throws
+// kUnsupported with the reason without CUDA.
+struct HandoffTimes {
+  double half_round_trip_s = 0;  // half a ping-pong: two dependent hand-offs, one synchronize
+  double one_way_s = 0;          // sender's send() called -> receiver's stream synchronized
+  bool verified = false;         // the bytes arrived intact
+};
 struct HandoffBench {
-  double handoff_s = 0;   // one hand-off: half a round trip, ready signal and copies included
-  double memcpy_s = 0;    // cudaMemcpyAsync D2D + cudaStreamSynchronize of the same bytes (rank 0 only, the
-                          // other process idle)
-  double host_copy_s = 0; // the host path's two copies: device -> host + host -> device
-  bool verified = false;  // the bytes arrived intact
+  HandoffTimes event, stream_value;
+  std::string stream_value_missing;  // why stream_value did not run ("" when it did)
+  double memcpy_s = 0;     // cudaMemcpyAsync D2D + cudaStreamSynchronize of the same bytes (rank 0 only, the
+                           // other process idle)
+  double host_copy_s = 0;  // the host path's two copies: device -> host + host -> device
+  bool verified = false;   // every run's bytes arrived intact
 };
 HandoffBench bench_cuda_handoff(transport::Link& link, int rank, int rank_in_pair, int gpu, std::size_t bytes,
                                 int iters, int warmup, Deadline deadline);
