@@ -119,10 +119,12 @@ int run_serve(Session& s, ServeOptions& o) {
   const auto handoff = runtime::parse_stage_handoff(s.config.get_string("comm.stage_handoff"),
                                                     "comm.stage_handoff (--stage-handoff)");
   runtime::refuse_stage_handoff_early(handoff, g.pp, s.config.get_string("run.device"));  // before loading
+  const auto signal = runtime::parse_handoff_signal(s.config.get_string("comm.handoff_signal"), "comm.handoff_signal");
   auto job = runtime::prepare_job(s.world(), s.config, g);
   auto& eo = job->eo;
   eo.serving = true;
   eo.stage_handoff = handoff;
+  eo.handoff_signal = signal;
   const Deadline setup = Deadline::after(s.config.get_duration("comm.connect_timeout_ms") * 3);
   std::optional<runtime::Tokenizer> tokenizer;
   std::unique_ptr<serve::TextCodec> codec;

@@ -133,6 +133,18 @@ constexpr std::array kSettings = {
                 "elsewhere), host (device -> host, the link, host -> device), cuda-ipc (refused where it cannot be: "
                 "a CPU stage, different hosts, a build without CUDA)",
                 "TRELLIS_STAGE_HANDOFF"},
+    SettingSpec{"run.host_waits", T::kString, "auto",
+                "How the engine's threads of a rank wait for each other (scheduling channel, input buffers, logits, "
+                "tokens): block (condition variables, short sleeps; cores left to other ranks), spin (poll and "
+                "yield: wake-ups within a microsecond, a busy core per waiting thread), auto (spin where the stages "
+                "run on CUDA GPUs and the rank has 4 or more cores of its own, block otherwise)",
+                "TRELLIS_HOST_WAITS"},
+    SettingSpec{"comm.handoff_signal", T::kString, "auto",
+                "How the GPU streams of a CUDA IPC stage hand-off order their work: auto (stream-value where the "
+                "CUDA driver offers stream memory operations, event otherwise), event (interprocess CUDA events), "
+                "stream-value (cuStreamWriteValue32/cuStreamWaitValue32 on two words in the receiver's memory); a "
+                "named signal that cannot be set up is an error",
+                "TRELLIS_HANDOFF_SIGNAL"},
     SettingSpec{"bench.iters", T::kInt, "200", "Timed iterations per point in `trellis bench`",
                 "TRELLIS_BENCH_ITERS",
                 1, 10000000},

@@ -1,6 +1,8 @@
 // The engine's threads on one rank (see engine.hpp for the roles).
 #include "engine_class.hpp"
 
+#include <sched.h>
+
 namespace trellis::runtime {
 
 namespace detail {
@@ -23,7 +25,7 @@ bool Engine::take_schedule(ScheduleOutput& out, Lane lane) {
     Tracer::Span span(trace_, lane, TraceCat::kWait, "wait schedule");
     bool got;
     try {
-      got = ring_in_->read(msg_, rank_ == 0 ? local_deadline() : upstream_deadline(), &failed_.failed);
+      got = ring_in_->read(msg_, rank_ == 0 ? local_deadline() : upstream_deadline(), &failed_.failed, spin_);
     } catch (const Error& e) {
       // On rank 0 the scheduler is a thread of this process, and its own error names the cause;
       // so does the error of the thread that failed this rank when the wait was cancelled.
@@ -95,11 +97,16 @@ void Engine::connect_device_handoffs() {
       // The sender writes straight into this stage's hidden state: grown once to the largest
       // iteration here, so no later forward moves it (device_hidden only grows).
       ipc_in_ = CudaIpcReceiver::connect(
-          {&links_.link(p.from), rank_, stage_.cuda_gpu(), max_bytes, required, wait, stage_.device_hidden(max_rows)},
+          {&links_.link(p.from), rank_, stage_.cuda_gpu(), max_bytes, required, wait, stage_.device_hidden(max_rows),
+           opt_.handoff_signal},
           deadline(), &why);
+      if (ipc_in_)
+        spdlog::info("rank {}: stage hand-off from rank {}: CUDA IPC, {} signal ({})", rank_, p.from,
+                     to_string(ipc_in_->signal()), ipc_in_->signal_reason());
     } else {
-      ipc_out_ = CudaIpcSender::connect({&links_.link(p.to), rank_, stage_.cuda_gpu(), max_bytes, required, wait},
-                                        deadline(), &why);
+      ipc_out_ = CudaIpcSender::connect(
+          {&links_.link(p.to), rank_, stage_.cuda_gpu(), max_bytes, required, wait, opt_.handoff_signal}, deadline(),
+          &why);
       // Both sides fall back together (the set-up exchange told both); the sender says so.
       if (!ipc_out_) spdlog::warn("stage hand-off {} -> {} (rank {} -> rank {}): host (CUDA IPC set-up failed: {})",
                                   p.stage, p.stage + 1, p.from, p.to, why);
@@ -112,8 +119,8 @@ void Engine::finish_device_handoffs() {
   if (ipc_out_) {
     ipc_out_->finish(stage_.cuda_stream(), deadline());
     // What ran, not what was planned (rank 0's plan lines): runtime_gpu_run checks it.
-    spdlog::info("rank {}: stage hand-off to rank {}: {} iterations through CUDA IPC", rank_,
-                 grid_.rank_at(stage_idx_ + 1, k_), ipc_out_->sent());
+    spdlog::info("rank {}: stage hand-off to rank {}: {} iterations through CUDA IPC ({} signal)", rank_,
+                 grid_.rank_at(stage_idx_ + 1, k_), ipc_out_->sent(), to_string(ipc_out_->signal()));
   }
   if (ipc_in_) ipc_in_->finish(stage_.cuda_stream(), deadline());
 }
@@ -470,6 +477,32 @@ void StageCompute::start_logits(const StageInput&, const float*, int) {
 }
 const float* StageCompute::finish_logits(int) {
   throw_error(ErrorCode::kInternal, "finish_logits() on a stage whose logits are not asynchronous");
+}
+
+HostWaits parse_host_waits(std::string_view name, std::string_view what) {
+  if (name == "auto") return HostWaits::kAuto;
+  if (name == "block") return HostWaits::kBlock;
+  if (name == "spin") return HostWaits::kSpin;
+  throw_error(ErrorCode::kInvalidArgument, "{}: unknown wait style '{}' (valid: auto, block, spin)", what, name);
+}
+
+bool host_waits_spin(HostWaits mode, bool cuda, int host_ranks, std::string* why) {
+  if (mode != HostWaits::kAuto) {
+    if (why) *why = mode == HostWaits::kSpin ? "run.host_waits=spin" : "run.host_waits=block";
+    return mode == HostWaits::kSpin;
+  }
+  // The cores this process may run on (a launcher may have bound it: mpirun binds each rank
+  // to one core by default at 2 ranks), and no more than its share of the host's.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int allowed = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int online = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int mine = std::min(allowed, online / std::max(1, host_ranks));
+  const bool spin = cuda && mine >= 4;
+  if (why)
+    *why = fmt::format("run.host_waits=auto: {}; {} core(s) for this rank ({} allowed, {} rank(s) on this host)",
+                       cuda ? "stages on CUDA GPUs" : "stages on the CPU", mine, allowed, host_ranks);
+  return spin;
 }
 
 EngineResult run_engine(int rank, const EngineGrid& grid, transport::Transport& links, StageCompute& stage,

@@ -41,6 +41,15 @@ class Engine {
     if (opt.scheduler.groups != grid.pp)
       throw_error(ErrorCode::kInvalidArgument, "engine: {} scheduler groups for {} pipeline stages", opt.scheduler.groups,
                   grid.pp);
+    {
+      std::string why;
+      spin_ = host_waits_spin(opt.host_waits, stage.cuda_gpu() >= 0, host_ranks_, &why);
+      tsem_.set_spin(spin_);
+      sampler_q_.set_spin(spin_);
+      local_logits_q_.set_spin(spin_);
+      tokens_q_.set_spin(spin_);
+      if (rank == 0) spdlog::info("rank 0: engine threads wait by {} ({})", spin_ ? "spinning" : "blocking", why);
+    }
     auto [vb, ve] = vocab_range(stage.vocab_size(), grid.tp, k_);
     if (last_ && (stage.vocab_begin() != vb || stage.vocab_end() != ve))
       throw_error(ErrorCode::kInternal, "rank {}: LM head holds vocabulary [{}, {}), the engine expects [{}, {})", rank,
@@ -141,6 +150,7 @@ class Engine {
   Queue<ScheduleOutput> sampler_q_;          // scheduling outputs for the sampler thread
   Queue<std::vector<float>> local_logits_q_; // this rank's logits shard for the sampler thread
   Queue<TokensMsg> tokens_q_;  // sampler -> scheduler (same rank)
+  bool spin_ = false;          // run.host_waits: the queues, TSEM and the ring poll instead of blocking
   std::unique_ptr<transport::StageReceiver> receiver_;
   std::unique_ptr<transport::StageSender> sender_;
   std::vector<HandoffPlan> handoffs_;             // every boundary of the grid

@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "locked_transport.hpp"
 #include "trellis/core/error.hpp"
@@ -55,10 +56,12 @@ struct FailureFlag {
 };
 
 // A queue between two threads of one rank; pop() waits with a deadline and gives up early
-// when the rank failed.
+// when the rank failed. It blocks on a condition variable, or with set_spin(true) polls and
+// yields (run.host_waits: a wake-up within a microsecond, at the price of a busy core).
 template <typename T>
 class Queue {
  public:
+  void set_spin(bool spin) { spin_ = spin; }
   void push(T v) {
     {
       std::lock_guard lock(mu_);
@@ -72,7 +75,13 @@ class Queue {
       if (failed.failed)
         throw_scoped(ErrorScope::kRank, ErrorCode::kPeerFailed, "{}: another engine thread failed", what);
       if (deadline.expired()) throw_scoped(ErrorScope::kRank, ErrorCode::kTimeout, "{}: nothing arrived in time", what);
-      cv_.wait_for(lock, std::chrono::milliseconds(20));
+      if (spin_) {
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+      } else {
+        cv_.wait_for(lock, std::chrono::milliseconds(20));
+      }
     }
     T v = std::move(q_.front());
     q_.pop_front();
@@ -90,6 +99,7 @@ class Queue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<T> q_;
+  bool spin_ = false;  // set before the threads start
 };
 
 // The sampler's message to the scheduler: one iteration's tokens and, for live metrics, the

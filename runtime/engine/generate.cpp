@@ -149,10 +149,12 @@ GenerateReport generate(transport::Bootstrap& world, const Config& config, const
   const StageHandoff handoff = parse_stage_handoff(config.get_string("comm.stage_handoff"),
                                                    "comm.stage_handoff (--stage-handoff)");
   refuse_stage_handoff_early(handoff, o.pp, config.get_string("run.device"));  // before loading
+  const HandoffSignal signal = parse_handoff_signal(config.get_string("comm.handoff_signal"), "comm.handoff_signal");
   auto job = prepare_job(world, config, o);
   auto& eo = job->eo;
   eo.stop = o.stop;
   eo.stage_handoff = handoff;
+  eo.handoff_signal = signal;
   const auto& grid = job->grid;
   const auto& topo = job->topo;
   const auto& cfg = job->cfg;

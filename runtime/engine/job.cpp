@@ -222,6 +222,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   const double t_begin = now_seconds();
   check_layout_ranks(o.pp, o.tp, world.size());
   (void)tp_collectives_mode(config);  // a bad value is refused before anything is loaded
+  const HostWaits host_waits = parse_host_waits(config.get_string("run.host_waits"), "run.host_waits");
   // The device, before anything is read: --device cuda without a GPU is refused here on every
   // rank, naming the CUDA runtime's reason. One device for the whole job (auto takes the CPU
   // unless every rank sees a GPU), because a TP group's ranks must agree on their buffers.
@@ -313,6 +314,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   auto& eo = j->eo;
   eo.cpu_sampler = o.cpu_sampler;
   eo.tsem = o.tsem;
+  eo.host_waits = host_waits;
   eo.sat = o.sat;
   eo.sampler_threads = static_cast<int>(config.get_int("run.sampler_threads"));
   eo.deadline = config.get_duration("comm.deadline_ms");

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <sys/stat.h>
 
@@ -248,7 +249,7 @@ bool ShmRing::try_read(std::vector<std::byte>& out) {
   return true;
 }
 
-bool ShmRing::read(std::vector<std::byte>& out, Deadline deadline, const std::atomic<bool>* cancel) {
+bool ShmRing::read(std::vector<std::byte>& out, Deadline deadline, const std::atomic<bool>* cancel, bool spin) {
   bool got = false, closed = false;
   LivenessProbe probe;
   poll_until(
@@ -273,8 +274,9 @@ bool ShmRing::read(std::vector<std::byte>& out, Deadline deadline, const std::at
       },
       deadline, fmt::format("channel {}: consumer {} waiting for the next scheduling output", name_, index_),
       // A consumer may wait a whole pipeline round trip; spinning long would take the core
-      // from the forward it shares it with, so it goes to short sleeps early.
-      PollPolicy{200, 2000, std::chrono::microseconds(20)});
+      // from the forward it shares it with, so it goes to short sleeps early (a sleep of 20 us
+      // wakes 50-70 us later with Linux's default timer slack), unless told to spin.
+      PollPolicy{200, spin ? std::numeric_limits<unsigned>::max() : 2000u, std::chrono::microseconds(20)});
   (void)closed;
   return got;
 }

@@ -1,11 +1,13 @@
 // Token-safe execution: a CPU thread and a forward thread run flat out; the forward thread
 // must see every iteration in order with the contents the CPU wrote, and the CPU must never
-// write the version the forward is reading.
+// write the version the forward is reading. Both wait styles (run.host_waits): blocking on the
+// condition variable and polling with yields.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <thread>
 
+#include "trellis/runtime/engine/engine.hpp"
 #include "trellis/runtime/engine/token_safe.hpp"
 
 using namespace trellis;
@@ -17,10 +19,14 @@ struct Buf {
   std::vector<std::int64_t> data = std::vector<std::int64_t>(64);
   std::atomic<int> readers{0};
 };
+class TokenSafeWaits : public ::testing::TestWithParam<bool> {};  // spin?
+INSTANTIATE_TEST_SUITE_P(Styles, TokenSafeWaits, ::testing::Values(false, true),
+                         [](const auto& tpi) { return std::string(tpi.param ? "Spin" : "Block"); });
 }  // namespace
 
-TEST(TokenSafe, NoWriteAfterReadHazardAndInOrder) {
+TEST_P(TokenSafeWaits, NoWriteAfterReadHazardAndInOrder) {
   TokenSafe<Buf> ts("test stage");
+  ts.set_spin(GetParam());
   const int kIters = 3000;
   std::atomic<bool> hazard{false};
   std::thread cpu([&] {
@@ -53,8 +59,9 @@ TEST(TokenSafe, NoWriteAfterReadHazardAndInOrder) {
   EXPECT_EQ(ts.gi(), kIters - 1);
 }
 
-TEST(TokenSafe, CpuRunsOneAheadThenWaits) {
+TEST_P(TokenSafeWaits, CpuRunsOneAheadThenWaits) {
   TokenSafe<Buf> ts("test stage");
+  ts.set_spin(GetParam());
   ts.cpu_acquire(Deadline::after_ms(100)).iteration = 0;
   ts.cpu_publish();
   // CI = 0 > GI = -1: the CPU may not prepare iteration 1 until the forward takes 0.
@@ -72,4 +79,25 @@ TEST(TokenSafe, CpuRunsOneAheadThenWaits) {
   Buf& next = ts.cpu_acquire(Deadline::after_ms(100));
   EXPECT_NE(&next, f);
   EXPECT_THROW(ts.forward_acquire(Deadline::after_ms(30)), Error);
+}
+
+// run.host_waits: named styles are taken as they are; auto never spins for CPU stages (their
+// threads compute) nor for a rank without 4 cores of its own.
+TEST(HostWaits, AutoSpinsOnlyForGpuStagesWithCoresToSpare) {
+  std::string why;
+  EXPECT_TRUE(host_waits_spin(HostWaits::kSpin, false, 64, &why));
+  EXPECT_EQ(why, "run.host_waits=spin");
+  EXPECT_FALSE(host_waits_spin(HostWaits::kBlock, true, 1, &why));
+  EXPECT_FALSE(host_waits_spin(HostWaits::kAuto, false, 1, &why));
+  EXPECT_NE(why.find("stages on the CPU"), std::string::npos) << why;
+  // 100000 ranks on this host leave no rank 4 cores, whatever the machine.
+  EXPECT_FALSE(host_waits_spin(HostWaits::kAuto, true, 100000, &why));
+  EXPECT_NE(why.find("stages on CUDA GPUs"), std::string::npos) << why;
+  EXPECT_EQ(parse_host_waits("spin", "x"), HostWaits::kSpin);
+  try {
+    parse_host_waits("busy", "run.host_waits");
+    ADD_FAILURE() << "an unknown style was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("run.host_waits: unknown wait style 'busy'"), std::string::npos) << e.what();
+  }
 }

@@ -143,6 +143,17 @@ struct EngineGrid {
 // symmetric over the grid, for transport::connect.
 std::vector<int> engine_peers(const EngineGrid& grid, int rank);
 
+// How the engine's threads wait for each other (setting run.host_waits): block on condition
+// variables and sleep between polls (cores left to other ranks), or poll and yield (a wake-up
+// in about a microsecond instead of tens). auto: spin where the stages run on CUDA GPUs and
+// this rank has at least 4 cores of its own (its forward thread waits on the GPU, not the
+// CPU); block otherwise.
+enum class HostWaits { kAuto, kBlock, kSpin };
+HostWaits parse_host_waits(std::string_view name, std::string_view what);
+// Whether auto spins for a rank on CUDA GPUs (`cuda`) with `host_ranks` ranks on its host;
+// `why` says how many cores it counted.
+bool host_waits_spin(HostWaits mode, bool cuda, int host_ranks, std::string* why);
+
 struct EngineOptions {
   bool cpu_sampler = true;  // SiPipe §5.1; false: sample inline on the last stage
   bool tsem = true;         // §5.2; false: prepare inputs inline before each forward
@@ -150,6 +161,9 @@ struct EngineOptions {
   // How each stage boundary hands over the hidden state (comm.stage_handoff): CUDA IPC
   // between CUDA stages of one host under auto, the host path otherwise (stage_handoff.hpp).
   StageHandoff stage_handoff = StageHandoff::kAuto;
+  // How the two GPU streams of a CUDA IPC boundary order their work (comm.handoff_signal).
+  HandoffSignal handoff_signal = HandoffSignal::kAuto;
+  HostWaits host_waits = HostWaits::kAuto;  // run.host_waits
   int sampler_threads = 2;
   // Logits rows one iteration may have (SWIFT verifies trees and scores drafts: many rows per
   // sequence); at least scheduler.max_seqs_per_group.

@@ -12,8 +12,9 @@
 // captured CUDA graph per (v, batch size), as the paper does; nothing here assumes a CPU.
 //
 // Threading: exactly one CPU-executor thread and one forward-executor thread. Waits use a
-// condition variable (no spinning: on small machines the executors share cores with the
-// ranks) and end with kTimeout naming `what` when the deadline passes.
+// condition variable (on small machines the executors share cores with the ranks), or with
+// set_spin(true) poll and yield (run.host_waits: a GPU rank with cores to spare wakes within
+// a microsecond); either way they end with kTimeout naming `what` when the deadline passes.
 #pragma once
 
 #include <array>
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "trellis/core/clock.hpp"
 #include "trellis/core/error.hpp"
@@ -31,6 +33,7 @@ template <typename Buffers>
 class TokenSafe {
  public:
   explicit TokenSafe(std::string what) : what_(std::move(what)) {}
+  void set_spin(bool spin) { spin_ = spin; }  // before the executors start
 
   // CPU executor: waits until CI == GI, returns the version to fill for iteration CI+1.
   Buffers& cpu_acquire(Deadline deadline) {
@@ -85,13 +88,25 @@ class TokenSafe {
  private:
   template <typename Pred>
   void wait(std::unique_lock<std::mutex>& lock, Deadline deadline, Pred pred, const char* for_what) {
+    if (spin_) {
+      for (unsigned polls = 0; !pred(); ++polls) {
+        if ((polls & 63) == 0 && deadline.expired()) timed_out(for_what);
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+      }
+      return;
+    }
     if (deadline.is_never()) {
       cv_.wait(lock, pred);
     } else if (!cv_.wait_until(lock, deadline.at(), pred)) {
-      // Rank-scoped: a starved executor is a symptom; the wait on the peer names the cause.
-      throw_scoped(ErrorScope::kRank, ErrorCode::kTimeout, "{}: timed out waiting for {} (CI {}, GI {})", what_,
-                   for_what, ci_, gi_);
+      timed_out(for_what);
     }
+  }
+  [[noreturn]] void timed_out(const char* for_what) {
+    // Rank-scoped: a starved executor is a symptom; the wait on the peer names the cause.
+    throw_scoped(ErrorScope::kRank, ErrorCode::kTimeout, "{}: timed out waiting for {} (CI {}, GI {})", what_, for_what,
+                 ci_, gi_);
   }
 
   std::string what_;
@@ -100,6 +115,7 @@ class TokenSafe {
   std::array<Buffers, 2> version_{};
   std::int64_t ci_ = -1, gi_ = -1;
   bool closed_ = false;
+  bool spin_ = false;
 };
 
 }  // namespace trellis::runtime
