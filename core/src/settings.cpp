@@ -136,7 +136,8 @@ constexpr std::array kSettings = {
     SettingSpec{"run.host_waits", T::kString, "auto",
                 "How the engine's threads of a rank wait for each other (scheduling channel, input buffers, logits, "
                 "tokens): block (condition variables, short sleeps; cores left to other ranks), spin (poll and "
-                "yield: wake-ups within a microsecond, a busy core per waiting thread), auto (spin where the stages "
+                "yield for the first ~20 ms of a wait, then block: wake-ups within a microsecond, a busy core per "
+                "waiting thread), auto (spin where the stages "
                 "run on CUDA GPUs and the rank has 4 or more cores of its own, block otherwise)",
                 "TRELLIS_HOST_WAITS"},
     SettingSpec{"comm.handoff_signal", T::kString, "auto",

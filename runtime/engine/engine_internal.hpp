@@ -57,7 +57,9 @@ struct FailureFlag {
 
 // A queue between two threads of one rank; pop() waits with a deadline and gives up early
 // when the rank failed. It blocks on a condition variable, or with set_spin(true) polls and
-// yields (run.host_waits: a wake-up within a microsecond, at the price of a busy core).
+// yields for up to kSpinWindow first (run.host_waits: a wake-up within a microsecond, at the
+// price of a busy core; a longer wait, e.g. an idle server, then blocks).
+inline constexpr std::chrono::milliseconds kSpinWindow{20};
 template <typename T>
 class Queue {
  public:
@@ -71,11 +73,12 @@ class Queue {
   }
   T pop(Deadline deadline, const FailureFlag& failed, const std::string& what) {
     std::unique_lock lock(mu_);
+    const auto spin_until = Clock::now() + kSpinWindow;
     while (q_.empty()) {
       if (failed.failed)
         throw_scoped(ErrorScope::kRank, ErrorCode::kPeerFailed, "{}: another engine thread failed", what);
       if (deadline.expired()) throw_scoped(ErrorScope::kRank, ErrorCode::kTimeout, "{}: nothing arrived in time", what);
-      if (spin_) {
+      if (spin_ && Clock::now() < spin_until) {
         lock.unlock();
         std::this_thread::yield();
         lock.lock();

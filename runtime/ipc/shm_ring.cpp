@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <new>
 #include <sys/stat.h>
 
@@ -275,8 +274,10 @@ bool ShmRing::read(std::vector<std::byte>& out, Deadline deadline, const std::at
       deadline, fmt::format("channel {}: consumer {} waiting for the next scheduling output", name_, index_),
       // A consumer may wait a whole pipeline round trip; spinning long would take the core
       // from the forward it shares it with, so it goes to short sleeps early (a sleep of 20 us
-      // wakes 50-70 us later with Linux's default timer slack), unless told to spin.
-      PollPolicy{200, spin ? std::numeric_limits<unsigned>::max() : 2000u, std::chrono::microseconds(20)});
+      // wakes 50-70 us later with Linux's default timer slack), unless told to spin: then it
+      // yields for 50000 polls (tens of milliseconds, longer than a decode step) before
+      // sleeping, so that an idle server does not keep a core busy.
+      PollPolicy{200, spin ? 50000u : 2000u, std::chrono::microseconds(20)});
   (void)closed;
   return got;
 }

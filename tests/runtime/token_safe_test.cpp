@@ -81,6 +81,22 @@ TEST_P(TokenSafeWaits, CpuRunsOneAheadThenWaits) {
   EXPECT_THROW(ts.forward_acquire(Deadline::after_ms(30)), Error);
 }
 
+// A wait longer than the spin window (an idle server) goes on blocking and still wakes when
+// the input comes.
+TEST_P(TokenSafeWaits, AWaitLongerThanTheSpinWindowStillWakes) {
+  TokenSafe<Buf> ts("test stage");
+  ts.set_spin(GetParam());
+  std::thread cpu([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(80));
+    ts.cpu_acquire(Deadline::after_ms(1000)).iteration = 7;
+    ts.cpu_publish();
+  });
+  const Buf* b = ts.forward_acquire(Deadline::after_ms(5000));
+  cpu.join();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->iteration, 7);
+}
+
 // run.host_waits: named styles are taken as they are; auto never spins for CPU stages (their
 // threads compute) nor for a rank without 4 cores of its own.
 TEST(HostWaits, AutoSpinsOnlyForGpuStagesWithCoresToSpare) {

@@ -144,8 +144,9 @@ struct EngineGrid {
 std::vector<int> engine_peers(const EngineGrid& grid, int rank);
 
 // How the engine's threads wait for each other (setting run.host_waits): block on condition
-// variables and sleep between polls (cores left to other ranks), or poll and yield (a wake-up
-// in about a microsecond instead of tens). auto: spin where the stages run on CUDA GPUs and
+// variables and sleep between polls (cores left to other ranks), or poll and yield for the
+// first ~20 ms of a wait, then block (a wake-up in about a microsecond instead of tens; an
+// idle server does not keep cores busy). auto: spin where the stages run on CUDA GPUs and
 // this rank has at least 4 cores of its own (its forward thread waits on the GPU, not the
 // CPU); block otherwise.
 enum class HostWaits { kAuto, kBlock, kSpin };

@@ -13,8 +13,9 @@
 //
 // Threading: exactly one CPU-executor thread and one forward-executor thread. Waits use a
 // condition variable (on small machines the executors share cores with the ranks), or with
-// set_spin(true) poll and yield (run.host_waits: a GPU rank with cores to spare wakes within
-// a microsecond); either way they end with kTimeout naming `what` when the deadline passes.
+// set_spin(true) poll and yield for up to 20 ms first (run.host_waits: a GPU rank with cores
+// to spare wakes within a microsecond; an idle one then blocks); either way they end with
+// kTimeout naming `what` when the deadline passes.
 #pragma once
 
 #include <array>
@@ -89,13 +90,18 @@ class TokenSafe {
   template <typename Pred>
   void wait(std::unique_lock<std::mutex>& lock, Deadline deadline, Pred pred, const char* for_what) {
     if (spin_) {
-      for (unsigned polls = 0; !pred(); ++polls) {
-        if ((polls & 63) == 0 && deadline.expired()) timed_out(for_what);
+      // Up to 20 ms (a decode step's wait); a longer one (an idle server) blocks below.
+      const auto spin_until = Clock::now() + std::chrono::milliseconds(20);
+      for (unsigned polls = 1; !pred(); ++polls) {
+        if ((polls & 63) == 0) {
+          if (deadline.expired()) timed_out(for_what);
+          if (Clock::now() >= spin_until) break;
+        }
         lock.unlock();
         std::this_thread::yield();
         lock.lock();
       }
-      return;
+      if (pred()) return;
     }
     if (deadline.is_never()) {
       cv_.wait(lock, pred);

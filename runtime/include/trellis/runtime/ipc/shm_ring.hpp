@@ -62,8 +62,8 @@ class ShmRing {
   // the producer's process died without close().
   // `cancel`, when given and set by another thread of this process (its rank failed),
   // ends the wait with kPeerFailed at the next poll instead of at the deadline.
-  // `spin`: poll and yield for the whole wait (run.host_waits) instead of going to short
-  // sleeps after about a millisecond.
+  // `spin`: poll and yield for tens of milliseconds (run.host_waits) instead of going to
+  // short sleeps after about a millisecond.
   bool read(std::vector<std::byte>& out, Deadline deadline, const std::atomic<bool>* cancel = nullptr,
             bool spin = false);
   // Consumer: like read() but returns false at once when no message is there yet.
