@@ -28,7 +28,7 @@ void check(cudaError_t e, const char* call, int gpu) {
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
-// The driver's stream memory operations, found through the runtime (cudaGetDriverEntryPoint)
+// The driver's stream memory operations, found through the runtime (cudaGetDriverEntryPointByVersion)
 // so that nothing links libcuda: a build machine without a driver links the same binary.
 struct StreamValueApi {
   PFN_cuStreamWaitValue32_v11070 wait = nullptr;
@@ -102,7 +102,7 @@ class Target final : public IpcTarget {
       HANDOFF_CUDA(gpu_, cudaEventCreateWithFlags(&filled_, cudaEventInterprocess | cudaEventDisableTiming));
       HANDOFF_CUDA(gpu_, cudaEventCreateWithFlags(&consumed_, cudaEventInterprocess | cudaEventDisableTiming));
       // Recorded once on the null stream so that a stray query sees a completed event (the
-      // sender's first copy waits on nothing: put(first = true)).
+      // sender's first copy, put(n = 0), waits on nothing).
       HANDOFF_CUDA(gpu_, cudaEventRecord(consumed_, nullptr));
       HANDOFF_CUDA(gpu_, cudaEventCreateWithFlags(&passed_, cudaEventDisableTiming));
       HANDOFF_CUDA(gpu_, cudaMalloc(&words_, kSignalBytes));

@@ -1,11 +1,12 @@
-"""scripts/gpu-check: the SmolLM2 GGUF across two device calls (the entry point and its --help:
-scripts/gpu-check).
+"""scripts/gpu-check: the SmolLM2 GGUF across several device calls (the entry point and its
+--help: scripts/gpu-check).
 
-A call carries at most 64 MiB and the GGUF is 94 MiB, so `pack` splits it into two folders:
-.gpu-model-1 (as much as fits beside the working tree, ~58 MiB, carried alone by a first call
-that only stashes it in the GPU machine's /tmp) and .gpu-model-2 (the rest, carried with the
-bundle by the `run` call; the bundle grew to ~22 MiB with oneDNN, so part 1 takes all it can). The machine
-keeps /tmp while it stays warm (30 s after a call), so the second call must follow at once.
+A call carries at most 64 MiB and the GGUF is 94 MiB, so `pack` splits it into folders
+.gpu-model-1 … .gpu-model-N: the last (as much as fits beside the working tree and the bundle)
+is carried by the `run` call; the others (as much as fits beside the working tree alone) are
+carried each by a call before it that only stashes it in the GPU machine's /tmp. Two parts while
+the working tree is small; three once it has grown (docs/gpu-runs: 5 MiB by call 18). The
+machine keeps /tmp while it stays warm (30 s after a call), so the calls must follow at once.
 Each part names the whole file's size and SHA-256; the pieces are joined only when every part
 is there and the join's SHA-256 matches. A part missing (the machine was given back between
 the calls) is said, and the run goes on without SmolLM2.
@@ -20,37 +21,51 @@ from .common import UsageError, human, log, sha256
 
 CALL_BYTES = 64 << 20         # what one device call may carry
 MARGIN_BYTES = 1 << 20        # files the working tree gains between pack and the call
+MAX_STASH_PARTS = 3           # stash calls before the run call
 STASH = Path(os.environ.get("TMPDIR", "/tmp")) / "trellis-gpu-check" / "model"
 
 
 def split(gguf, root, tree_bytes, bundle_bytes):
-    """Writes root/.gpu-model-1 and root/.gpu-model-2 from gguf; returns the two folders.
+    """Writes root/.gpu-model-1 … .gpu-model-N from gguf; returns the folders in order.
 
-    Part 1 travels beside the working tree alone; part 2 beside the tree and the bundle."""
+    The last part travels beside the tree and the bundle (the run call), every other part
+    beside the tree alone (a stash call each)."""
     gguf = Path(gguf)
     size = gguf.stat().st_size
-    first_max = CALL_BYTES - tree_bytes - MARGIN_BYTES
-    second_max = CALL_BYTES - tree_bytes - bundle_bytes - MARGIN_BYTES
-    first_part = max(0, first_max)
-    if size - first_part > second_max:
-        raise UsageError(f"{gguf} ({human(size)}) does not fit two device calls beside a working tree of "
-                         f"{human(tree_bytes)} and a bundle of {human(bundle_bytes)} "
-                         f"({human(first_part)} + {human(max(0, second_max))})")
+    stash_max = CALL_BYTES - tree_bytes - MARGIN_BYTES
+    last_max = CALL_BYTES - tree_bytes - bundle_bytes - MARGIN_BYTES
+    if last_max <= 0 or (size > last_max and stash_max <= 0):
+        raise UsageError(f"{gguf} ({human(size)}) cannot travel beside a working tree of {human(tree_bytes)} "
+                         f"and a bundle of {human(bundle_bytes)}: no room left in a {human(CALL_BYTES)} call")
+    last = min(size, last_max)
+    rest = size - last
+    stash_parts = -(-rest // stash_max) if rest > 0 else 0
+    if stash_parts > MAX_STASH_PARTS:
+        raise UsageError(f"{gguf} ({human(size)}) would need {stash_parts} stash calls beside a working tree of "
+                         f"{human(tree_bytes)} (at most {MAX_STASH_PARTS}: the machine keeps /tmp only 30 s "
+                         "between calls)")
+    # Stash parts share the rest evenly (each within stash_max); the run call's part is last.
+    counts = [rest // stash_parts + (1 if k < rest % stash_parts else 0) for k in range(stash_parts)] + [last]
     whole = sha256(gguf)
     dirs = []
+    offset = 0
     with open(gguf, "rb") as f:
-        for index, (offset, count) in enumerate([(0, min(size, first_part)),
-                                                 (first_part, max(0, size - first_part))], 1):
+        for index, count in enumerate(counts, 1):
             d = Path(root) / f".gpu-model-{index}"
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
             f.seek(offset)
             data = f.read(count)
             (d / "part").write_bytes(data)
-            meta = {"name": gguf.name, "bytes": size, "sha256": whole, "index": index, "count": 2,
+            meta = {"name": gguf.name, "bytes": size, "sha256": whole, "index": index, "count": len(counts),
                     "offset": offset, "part_bytes": len(data), "part_sha256": hashlib.sha256(data).hexdigest()}
             (d / "PART.json").write_text(json.dumps(meta, indent=1) + "\n")
             dirs.append(d)
+            offset += count
+    # A part folder left from an earlier split with more parts would confuse the calls.
+    for stale in sorted(Path(root).glob(".gpu-model-*")):
+        if stale not in dirs and stale.name[len(".gpu-model-"):].isdigit():
+            shutil.rmtree(stale, ignore_errors=True)
     sizes = ", ".join(f"{d.name} {human((d / 'part').stat().st_size)}" for d in dirs)
     log(f"model parts: {sizes} of {gguf.name}")
     return dirs

@@ -385,12 +385,14 @@ def cmd_pack(a):
         parts = split(gguf, ROOT, tree, bundle)
         for d in parts:
             exclude_from_git(d)
-        if bundle + tree + (parts[1] / "part").stat().st_size > 64 * 2**20:
-            sys.exit("gpu-check: bundle + working tree + the second model part exceed 64 MiB")
-        log("with SmolLM2, two device calls, the second within 30 s of the first (the machine keeps /tmp while warm):")
-        log('  run(command="scripts/gpu-check stash --part .gpu-model-1", carry=[".gpu-model-1"], timeout_s=60)')
-        log('  run(command="scripts/gpu-check run --bundle .gpu-bundle --model-part .gpu-model-2", '
-            'carry=[".gpu-bundle", ".gpu-model-2"], timeout_s=540)')
+        if bundle + tree + (parts[-1] / "part").stat().st_size > 64 * 2**20:
+            sys.exit(f"gpu-check: bundle + working tree + the last model part ({parts[-1].name}) exceed 64 MiB")
+        log(f"with SmolLM2, {len(parts)} device calls, each within 30 s of the one before (the machine keeps /tmp "
+            "while warm):")
+        for d in parts[:-1]:
+            log(f'  run(command="scripts/gpu-check stash --part {d.name}", carry=["{d.name}"], timeout_s=60)')
+        log(f'  run(command="scripts/gpu-check run --bundle .gpu-bundle --model-part {parts[-1].name}", '
+            f'carry=[".gpu-bundle", "{parts[-1].name}"], timeout_s=540)')
 
 
 def model_note(a):
@@ -398,8 +400,8 @@ def model_note(a):
     if gguf and Path(gguf).is_file():
         size = Path(gguf).stat().st_size
         if a.model_parts:
-            return (f"SmolLM2 GGUF ({gguf}, {human(size)}) in two parts beside the bundle (.gpu-model-1, "
-                    ".gpu-model-2): a first call stashes part 1, the run call carries part 2")
+            return (f"SmolLM2 GGUF ({gguf}, {human(size)}) in parts beside the bundle (.gpu-model-1 …): "
+                    "calls before the run stash all but the last, the run call carries the last")
         return (f"SmolLM2 GGUF ({gguf}, {human(size)}) left out (--no-model-parts): the decode runs use "
                 "synthetic --preset models generated there")
     return "no SmolLM2 GGUF installed here; the decode runs use synthetic --preset models generated there"
