@@ -233,6 +233,53 @@ std::unique_ptr<Pair> connect_pair(HandoffSignal rx_signal, HandoffSignal tx_sig
   return owned;
 }
 
+// A set-up message the sender cannot follow (a signal it does not know: a newer peer; the
+// magic of an older build) is refused with an error naming what was wrong, and the peer is
+// still answered (not left waiting until its deadline). The wire format is written out here on
+// purpose: it is what a peer of another build would send (stage_handoff.cpp, pack()).
+TEST(StageHandoffProtocol, ASetUpMessageFromAnotherBuildIsRefusedNamingWhy) {
+  World w;
+  FakeDevice device(w);
+  struct Case {
+    std::uint32_t magic, signal;
+    const char* want;
+  };
+  for (const Case c : {Case{0x54484f33u, 7u, "unknown hand-off signal 7"}, Case{0x54484f32u, 1u, "malformed message"}}) {
+    test::InProcHub hub;
+    test::InProcTransport a(hub, 0), b(hub, 1);
+    std::vector<std::byte> msg(24 + detail::kIpcExportBytes);
+    const std::uint32_t ok = 1, rlen = 0;
+    const std::uint64_t dst = kBytes;
+    std::memcpy(msg.data(), &c.magic, 4);
+    std::memcpy(msg.data() + 4, &ok, 4);
+    std::memcpy(msg.data() + 8, &dst, 8);
+    std::memcpy(msg.data() + 16, &c.signal, 4);
+    std::memcpy(msg.data() + 20, &rlen, 4);
+    const auto deadline = Deadline::after(std::chrono::seconds(10));
+    b.link(0).isend(msg, 0x500)->wait(deadline);  // the receiver's set-up message
+    std::string error;
+    try {
+      CudaIpcSender::connect({&a.link(1), 0, 0, kBytes, true, {}}, deadline, nullptr);
+      ADD_FAILURE() << "a set-up message with magic " << c.magic << ", signal " << c.signal << " was accepted";
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find(c.want), std::string::npos) << error;
+    EXPECT_NE(error.find("rank 0"), std::string::npos) << error;
+    if (c.magic == 0x54484f33u) {  // a readable message is answered: not ok, with the reason
+      std::vector<std::byte> ack(24 + 1024);
+      auto r = b.link(0).irecv(ack, 0x501);
+      r->wait(deadline);
+      std::uint32_t ack_ok = 1;
+      std::memcpy(&ack_ok, ack.data() + 4, 4);
+      EXPECT_EQ(ack_ok, 0u);
+      const std::string reason(reinterpret_cast<const char*>(ack.data() + 24), r->bytes() - 24);
+      EXPECT_NE(reason.find(c.want), std::string::npos) << reason;
+    }
+  }
+  EXPECT_EQ(w.peer_signal, 0) << "nothing was opened";
+}
+
 // Which signal a pair ends up with, and how a signal one side cannot use fails: on both sides,
 // within the set-up exchange (no hang), as an error where the signal was named.
 TEST(StageHandoffProtocol, TheSignalIsTheReceiversChoiceAndAnUnusableOneFailsOnBothSides) {
