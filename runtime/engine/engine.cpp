@@ -11,7 +11,8 @@ namespace detail {
 bool Engine::take_schedule(ScheduleOutput& out, Lane lane) {
   if (!ring_in_) {
     Tracer::Span span(trace_, lane, TraceCat::kWait, "wait schedule");
-    ring_in_ = ShmRing::open(ring_name(opt_, leader_, host_), static_cast<std::uint32_t>(consumer_index_), deadline());
+    ring_in_ = ShmRing::open(ring_name(opt_, leader_, host_), static_cast<std::uint32_t>(consumer_index_), deadline(),
+                             &failed_.failed);
   }
   auto accept = [&] {
     auto s = deserialize_schedule(msg_, ring_in_->name().c_str());

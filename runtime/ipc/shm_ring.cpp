@@ -114,15 +114,28 @@ std::unique_ptr<ShmRing> ShmRing::create(const std::string& name, std::uint32_t 
   return std::unique_ptr<ShmRing>(new ShmRing(name, base, bytes, true, 0));
 }
 
-std::unique_ptr<ShmRing> ShmRing::open(const std::string& name, std::uint32_t index, Deadline deadline) {
+std::unique_ptr<ShmRing> ShmRing::open(const std::string& name, std::uint32_t index, Deadline deadline,
+                                       const std::atomic<bool>* cancel) {
   int fd = -1;
-  poll_until([&] { return (fd = ::shm_open(name.c_str(), O_RDWR, 0)) >= 0; }, deadline,
-             fmt::format("channel {}: waiting for the producer to create it", name));
+  auto cancelled = [&](const char* waiting_for) {
+    if (cancel == nullptr || !cancel->load(std::memory_order_relaxed)) return;
+    if (fd >= 0) ::close(fd);
+    throw_error(ErrorCode::kPeerFailed, "channel {}: consumer {} stopped waiting for the producer to {} it: its rank "
+                "failed", name, index, waiting_for);
+  };
+  poll_until(
+      [&] {
+        if ((fd = ::shm_open(name.c_str(), O_RDWR, 0)) >= 0) return true;
+        cancelled("create");
+        return false;
+      },
+      deadline, fmt::format("channel {}: waiting for the producer to create it", name));
   struct stat st {};
   Header* h = nullptr;
   void* base = MAP_FAILED;
   poll_until(
       [&] {
+        cancelled("initialise");
         if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < sizeof(Header)) return false;
         base = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (base == MAP_FAILED) return false;

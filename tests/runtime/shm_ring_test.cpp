@@ -78,6 +78,27 @@ TEST(ShmRing, DeadlinesAndLimits) {
   EXPECT_THROW(ShmRing::open("/trellis-test-nope", 0, Deadline::after_ms(50)), Error);
 }
 
+// A consumer waiting for a producer that will never create the ring (its rank failed first:
+// seen as a 20 s hang in Engine.SilentHeartbeatIsNamedFirstHand about once in 125 runs under
+// load) stops when its own rank fails, not at the deadline, and says why.
+TEST(ShmRing, OpenStopsWaitingWhenItsRankFails) {
+  std::atomic<bool> failed{false};
+  std::thread fail([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    failed = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ShmRing::open(fmt::format("/trellis-test-{}-never", ::getpid()), 0, Deadline::after_ms(20000), &failed);
+    ADD_FAILURE() << "opened a ring nobody created";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kPeerFailed);
+    EXPECT_NE(std::string(e.what()).find("its rank failed"), std::string::npos) << e.what();
+  }
+  fail.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
 // A peer process that dies mid-channel is named within about 100 ms of waiting, not at the
 // deadline, and what it wrote before dying is still delivered.
 TEST(ShmRing, DeadProducerIsNamedAndItsMessagesDelivered) {

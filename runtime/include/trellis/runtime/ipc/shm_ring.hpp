@@ -45,7 +45,11 @@ class ShmRing {
   static std::unique_ptr<ShmRing> create(const std::string& name, std::uint32_t slots, std::uint32_t slot_bytes,
                                          std::uint32_t consumers);
   // Consumer `index` (0..consumers-1) opens the segment, waiting for it to appear.
-  static std::unique_ptr<ShmRing> open(const std::string& name, std::uint32_t index, Deadline deadline);
+  // `cancel`, as for read(): set by another thread of this process (its rank failed), it ends
+  // the wait with kPeerFailed at the next poll. A producer that failed before creating the
+  // segment never will, and without it the wait lasted the whole deadline.
+  static std::unique_ptr<ShmRing> open(const std::string& name, std::uint32_t index, Deadline deadline,
+                                       const std::atomic<bool>* cancel = nullptr);
 
   // Producer: copies one message into the next slot. kInvalidArgument when it is larger than
   // a slot, kTimeout naming the slowest consumer when the ring stays full past the deadline,
