@@ -160,8 +160,8 @@ class SwiftControl {
   std::vector<double> plain_samples_;
   SwiftReport rep_;
   double t0_ = -1;
-  bool opt_due_ = true;
-  bool early_done_ = false;  // the early auto-off look happened  // an optimisation step is due before the next decoding step
+  bool opt_due_ = true;       // an optimisation step is due before the next decoding step
+  bool early_done_ = false;  // the early auto-off look happened
   // Windows of the auto rules: drafts and accepts since the last acceptance check; tokens
   // and SWIFT time since the last speedup check.
   std::int64_t win_drafts_ = 0, win_accepted_ = 0, win_tokens_ = 0;
