@@ -260,7 +260,7 @@ void Engine::publish(const ScheduleOutput& s, std::vector<transport::RequestPtr>
                 "scheduling output of iteration {} is {} bytes, over the channel slot of {} (raise run.channel_slot_bytes "
                 "or lower run.max_batch)",
                 s.iteration, wire.size(), opt_.ring_slot_bytes);
-  ring_out_->write(wire, deadline());
+  ring_out_->write(wire, deadline(), &failed_.failed);
   // Other hosts: one copy to each host's relay, which replicates it into that host's ring.
   for (std::size_t i = 0; i < pending.size();) {
     if (pending[i]->test()) {
@@ -343,7 +343,7 @@ void Engine::relay_thread() {
                    fmt::format("relay on rank {}: next scheduling output from rank 0 (the scheduler)", rank_));
     }
     auto msg = std::span(buf).first(req->bytes());
-    ring_out_->write(msg, deadline());
+    ring_out_->write(msg, deadline(), &failed_.failed);
     if (deserialize_schedule(msg, "relay").stop()) break;
   }
   ring_out_->close();

@@ -120,8 +120,9 @@ std::unique_ptr<ShmRing> ShmRing::open(const std::string& name, std::uint32_t in
   auto cancelled = [&](const char* waiting_for) {
     if (cancel == nullptr || !cancel->load(std::memory_order_relaxed)) return;
     if (fd >= 0) ::close(fd);
-    throw_error(ErrorCode::kPeerFailed, "channel {}: consumer {} stopped waiting for the producer to {} it: its rank "
-                "failed", name, index, waiting_for);
+    // A symptom (scope kRank): the thread that failed the rank has the cause.
+    throw_scoped(ErrorScope::kRank, ErrorCode::kPeerFailed, "channel {}: consumer {} stopped waiting for the producer "
+                 "to {} it: its rank failed", name, index, waiting_for);
   };
   poll_until(
       [&] {
@@ -156,7 +157,7 @@ std::unique_ptr<ShmRing> ShmRing::open(const std::string& name, std::uint32_t in
   return std::unique_ptr<ShmRing>(new ShmRing(name, base, static_cast<std::size_t>(st.st_size), false, index));
 }
 
-void ShmRing::write(std::span<const std::byte> message, Deadline deadline) {
+void ShmRing::write(std::span<const std::byte> message, Deadline deadline, const std::atomic<bool>* cancel) {
   auto& h = *header_;
   if (message.size() > h.slot_bytes)
     throw_error(ErrorCode::kInvalidArgument, "channel {}: message of {} bytes exceeds the slot size {}", name_,
@@ -175,7 +176,16 @@ void ShmRing::write(std::span<const std::byte> message, Deadline deadline) {
   if (!has_room()) {
     LivenessProbe probe;
     try {
-      poll_until([&] { return has_room() || (probe.due() && check_consumer(slowest)); }, deadline, "ring full");
+      poll_until(
+          [&] {
+            if (has_room()) return true;
+            // A symptom (scope kRank): the thread that failed the rank has the cause.
+            if (cancel != nullptr && cancel->load(std::memory_order_relaxed))
+              throw_scoped(ErrorScope::kRank, ErrorCode::kPeerFailed, "channel {}: the producer stopped waiting for "
+                           "room (consumer {} a full ring behind): its rank failed", name_, slowest);
+            return probe.due() && check_consumer(slowest);
+          },
+          deadline, "ring full");
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kTimeout) throw;  // a dead consumer: already named
       throw_error(ErrorCode::kTimeout, "channel {}: consumer {} is a full ring ({} slots) behind: {}", name_, slowest,

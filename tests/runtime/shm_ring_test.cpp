@@ -93,6 +93,34 @@ TEST(ShmRing, OpenStopsWaitingWhenItsRankFails) {
     ADD_FAILURE() << "opened a ring nobody created";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kPeerFailed);
+    EXPECT_EQ(e.scope(), ErrorScope::kRank);
+    EXPECT_NE(std::string(e.what()).find("its rank failed"), std::string::npos) << e.what();
+  }
+  fail.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+// The producer side: a full ring whose consumer (a thread of this process, so alive) stopped
+// reading because the rank failed. The write stops at the rank's failure, as a symptom.
+TEST(ShmRing, WriteToAFullRingStopsWhenItsRankFails) {
+  auto name = fmt::format("/trellis-test-{}-full", ::getpid());
+  auto ring = ShmRing::create(name, 2, 64, 1);
+  auto reader = ShmRing::open(name, 0, Deadline::after_ms(1000));
+  std::vector<std::byte> one(8, std::byte{1});
+  ring->write(one, Deadline::after_ms(1000));  // both slots, never read
+  ring->write(one, Deadline::after_ms(1000));
+  std::atomic<bool> failed{false};
+  std::thread fail([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    failed = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ring->write(one, Deadline::after_ms(20000), &failed);
+    ADD_FAILURE() << "wrote into a full ring";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kPeerFailed);
+    EXPECT_EQ(e.scope(), ErrorScope::kRank);
     EXPECT_NE(std::string(e.what()).find("its rank failed"), std::string::npos) << e.what();
   }
   fail.join();

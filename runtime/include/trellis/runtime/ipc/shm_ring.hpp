@@ -53,8 +53,9 @@ class ShmRing {
 
   // Producer: copies one message into the next slot. kInvalidArgument when it is larger than
   // a slot, kTimeout naming the slowest consumer when the ring stays full past the deadline,
-  // kPeerFailed when that consumer's process died.
-  void write(std::span<const std::byte> message, Deadline deadline);
+  // kPeerFailed when that consumer's process died, or (with `cancel`, as for read()) when
+  // this rank failed while the ring was full.
+  void write(std::span<const std::byte> message, Deadline deadline, const std::atomic<bool>* cancel = nullptr);
   void close();
   // Producer: closes the ring as failed; consumers that have drained it get kPeerFailed with
   // `reason` (truncated to 255 bytes), so they report the producer's cause, not a bare close.
