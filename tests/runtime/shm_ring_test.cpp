@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -78,10 +79,12 @@ TEST(ShmRing, DeadlinesAndLimits) {
   EXPECT_THROW(ShmRing::open("/trellis-test-nope", 0, Deadline::after_ms(50)), Error);
 }
 
-// A consumer waiting for a producer that will never create the ring (its rank failed first:
-// seen as a 20 s hang in Engine.SilentHeartbeatIsNamedFirstHand about once in 125 runs under
-// load) stops when its own rank fails, not at the deadline, and says why.
-TEST(ShmRing, OpenStopsWaitingWhenItsRankFails) {
+namespace {
+
+// Runs `wait` (given the rank's failure flag, set 100 ms in by another thread, and a 20 s
+// deadline) and expects it to stop at the failure, as a symptom that says why.
+void expect_stops_when_the_rank_fails(const std::function<void(const std::atomic<bool>*)>& wait,
+                                      const char* what_should_not_happen) {
   std::atomic<bool> failed{false};
   std::thread fail([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -89,8 +92,8 @@ TEST(ShmRing, OpenStopsWaitingWhenItsRankFails) {
   });
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    ShmRing::open(fmt::format("/trellis-test-{}-never", ::getpid()), 0, Deadline::after_ms(20000), &failed);
-    ADD_FAILURE() << "opened a ring nobody created";
+    wait(&failed);
+    ADD_FAILURE() << what_should_not_happen;
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kPeerFailed);
     EXPECT_EQ(e.scope(), ErrorScope::kRank);
@@ -98,6 +101,18 @@ TEST(ShmRing, OpenStopsWaitingWhenItsRankFails) {
   }
   fail.join();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+}  // namespace
+
+// A consumer waiting for a producer that will never create the ring (its rank failed first:
+// seen as a 20 s hang in Engine.SilentHeartbeatIsNamedFirstHand about once in 125 runs under
+// load) stops when its own rank fails, not at the deadline, and says why.
+TEST(ShmRing, OpenStopsWaitingWhenItsRankFails) {
+  const auto name = fmt::format("/trellis-test-{}-never", ::getpid());
+  expect_stops_when_the_rank_fails(
+      [&](const std::atomic<bool>* failed) { ShmRing::open(name, 0, Deadline::after_ms(20000), failed); },
+      "opened a ring nobody created");
 }
 
 // The producer side: a full ring whose consumer (a thread of this process, so alive) stopped
@@ -109,22 +124,9 @@ TEST(ShmRing, WriteToAFullRingStopsWhenItsRankFails) {
   std::vector<std::byte> one(8, std::byte{1});
   ring->write(one, Deadline::after_ms(1000));  // both slots, never read
   ring->write(one, Deadline::after_ms(1000));
-  std::atomic<bool> failed{false};
-  std::thread fail([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    failed = true;
-  });
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    ring->write(one, Deadline::after_ms(20000), &failed);
-    ADD_FAILURE() << "wrote into a full ring";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kPeerFailed);
-    EXPECT_EQ(e.scope(), ErrorScope::kRank);
-    EXPECT_NE(std::string(e.what()).find("its rank failed"), std::string::npos) << e.what();
-  }
-  fail.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  expect_stops_when_the_rank_fails(
+      [&](const std::atomic<bool>* failed) { ring->write(one, Deadline::after_ms(20000), failed); },
+      "wrote into a full ring");
 }
 
 // A peer process that dies mid-channel is named within about 100 ms of waiting, not at the
