@@ -70,9 +70,9 @@ SwiftConfig config() {
   return c;
 }
 
-// Nothing accepted and each cycle as slow as 5 plain steps (SmolLM2 at r = 0.5 on 2 CPU
-// cores): the early look comes once the SWIFT iterations took as long as 16 plain steps,
-// after 4 tokens, instead of after 16 tokens (80 plain steps).
+// Nothing accepted and each cycle as slow as 5 plain steps (SmolLM2 at r = 0.5 on 2 CPU cores
+// took 3 in the runs of docs/swift.md): the early look comes once the SWIFT iterations took
+// as long as 16 plain steps, after 4 tokens, instead of after 16 tokens (80 plain steps).
 TEST(SwiftAutoOff, DraftingThatCannotPayIsTurnedOffWithinSixteenPlainStepsOfTime) {
   Stream s(config());
   while (!s.ctl.report().turned_off && s.cycles < 40) s.cycle(/*accept=*/false, 5.0);
