@@ -11,18 +11,21 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <thread>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "json_output.hpp"
+#include "bench_linears.hpp"
 #include "trellis/runtime/engine/device.hpp"
 #include "trellis/core/clock.hpp"
 #include "trellis/core/error.hpp"
 #include "trellis/core/strings.hpp"
 #include "trellis/kernels/bandwidth.hpp"
 #include "trellis/kernels/device_bench.hpp"
+#include "trellis/kernels/ops.hpp"
 #include "trellis/runtime/checkpoint/reader.hpp"
 #include "trellis/runtime/model/llama.hpp"
 #include "trellis/runtime/model/synthetic.hpp"
@@ -54,6 +57,7 @@ struct BenchModelOptions {
   int batch_reps = 3;
   int tp = 0;  // group mode (mpirun): ranks per TP group; 0: the whole world
   int microbatches = 0;  // group mode: microbatches in flight through the stages; 0: one per stage
+  bool linears = true;  // also time the step's matmuls alone (CPU), interleaved with the steps
 };
 
 double median(std::vector<double> v) {
@@ -393,6 +397,9 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   auto logits = model.forward(pre);
   const double prefill_s = now_seconds() - t0;
   std::vector<double> step_s;
+  // CPU only: on a GPU the matmuls are enqueued, and a pass would time the launches.
+  std::optional<LinearsPass> linears;
+  if (o.linears && !cuda) linears.emplace(ctx, model.decode_linears());
   std::int64_t pos = o.prompt;
   for (int k = 0; k < o.steps; ++k) {
     // Greedy next token keeps the run a real decode loop.
@@ -401,6 +408,9 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
     logits = model.forward(runtime::Batch::decode({&next, 1}, {&pos, 1}));
     step_s.push_back(now_seconds() - t0);
     ++pos;
+    // Interleaved step by step, so a slow phase of a shared machine hits both alike; it
+    // streams the same weights as the step, so the next step finds the caches as a step left them.
+    if (linears) linears->run();
   }
   const double tok_s = 1.0 / median(step_s);
   const double bytes = static_cast<double>(model.decode_bytes_per_token());
@@ -432,6 +442,7 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
                       {"prefill_s", prefill_s}, {"load_s", load_s}, {"steps", o.steps}, {"torch", torch},
                       {"huge_pages", !cuda && ctx.huge_pages()}, {"weight_pages", model.weight_pages()}};
   if (!o.batches.empty()) j["batches"] = batches;
+  if (linears) j["linears"] = linears->report(read.median_bytes_per_s, median(step_s));
   if (o.json) {
     std::cout << versioned_json(j) << "\n";
     return 0;
@@ -450,6 +461,18 @@ int run_bench_model(Session& s, const BenchModelOptions& o) {
   std::cout << fmt::format("  read limit / triad limit         {:8.2f} / {:.2f} tokens/s\n", read_limit, limit);
   std::cout << fmt::format("  trellis decode (median step)     {:8.2f} tokens/s  = {:.0f}% of the read limit, {:.0f}% of triad's\n",
                            tok_s, 100 * tok_s / read_limit, 100 * tok_s / limit);
+  if (j.contains("linears")) {
+    const auto& l = j["linears"];
+    std::cout << fmt::format("  the step's matmuls alone         {:8.2f} tokens/s  = {:.0f}% of the read limit ({:.1f} MB); "
+                             "{:.0f}% of a step is outside them\n",
+                             l["tokens_per_s"].get<double>(), 100 * l["fraction_of_read_limit"].get<double>(),
+                             l["weight_bytes_per_token"].get<double>() / 1e6,
+                             100 * (1 - l["share_of_step"].get<double>()));
+    for (const auto& [name, t] : l["by_type"].items())
+      std::cout << fmt::format("    {:<5} {:3d} matrices {:7.1f} MB   {:6.3f} ms   = {:.0f}% of the read-only stream\n", name,
+                               t["matrices"].get<int>(), t["bytes"].get<double>() / 1e6, 1e3 * t["s"].get<double>(),
+                               100 * t["fraction_of_read"].get<double>());
+  }
   for (const auto& t : torch) {
     if (t.contains("decode_tokens_per_s"))
       std::cout << fmt::format("  PyTorch eager {:<9}, {:<4}     {:8.2f} tokens/s  (torch {})\n", t.value("impl", "reference"),
@@ -503,6 +526,9 @@ Action define_bench_model(CLI::App& sub) {
   sub.add_option("--read-size", o->read_size, "Bytes of the read-only stream's buffer (the decode's ceiling)")
       ->capture_default_str();
   sub.add_flag("--json", o->json, "Print JSON");
+  sub.add_flag("--linears,!--no-linears", o->linears,
+               "Also time the decode step's matmuls alone, interleaved with the steps (CPU; JSON 'linears')")
+      ->capture_default_str();
   sub.add_option("--batches", o->batches,
                  "Also time prefill and decode of the forward at these batch sizes, e.g. 1,4,16 (JSON 'batches')");
   sub.add_option("--batch-reps", o->batch_reps, "Interleaved rounds over --batches (medians kept)")

@@ -231,4 +231,12 @@ std::size_t LlamaModel::decode_bytes_per_token() const {
   return n;
 }
 
+std::vector<kernels::TensorView> LlamaModel::decode_linears() const {
+  std::vector<kernels::TensorView> out;
+  for (const auto& y : layers_)
+    for (const kernels::Tensor* t : {&y.wqkv, &y.wo, &y.w_gate_up, &y.w_down}) out.push_back(t->view());
+  if (has_lm_head()) out.push_back((lm_head_.empty_tensor() ? embed_ : lm_head_).view());
+  return out;
+}
+
 }  // namespace trellis::runtime

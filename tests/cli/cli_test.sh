@@ -96,6 +96,27 @@ check "verify-model --json mismatch"  1 '"ok":false'            -- "$T" verify-m
 check "verify-model missing manifest" 2 "no such file"          -- "$T" verify-model --model "$VM/model.gguf" --manifest "$VM/none.json"
 check "verify-model needs --model"    2 "--model PATH is required" -- "$T" verify-model
 rm -rf "$VM"
+# bench model's matmuls-alone line (the decode step's weight matrices timed alone): every
+# matrix of the step is in it (4 per layer + the head), its bytes are the step's weights but the
+# norms, a GGUF's types are kept apart, and --no-linears drops it. Timings are not checked.
+BM=$(mktemp -d)
+"$T" make-model --preset tiny --format gguf --dtype q4_1 --out "$BM/q" >/dev/null 2>&1
+for args in "--preset tiny --workdir $BM" "--model $BM/q/model.gguf --weights native"; do
+  if "$T" bench model $args --steps 3 --no-torch --read-size 1MiB --triad-size 1MiB --json 2>/dev/null |
+     /usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin); l = j["linears"]; t = l["by_type"]
+assert sum(v["matrices"] for v in t.values()) == 4 * 4 + 1, t
+assert 0.95 * j["decode_bytes_per_token"] < l["weight_bytes_per_token"] < j["decode_bytes_per_token"], l
+assert abs(sum(v["bytes"] for v in t.values()) - l["weight_bytes_per_token"]) < 1, t
+assert l["tokens_per_s"] > 0 and l["share_of_step"] > 0, l
+assert j["quantized_weights"] == ("q4_1" in t), t
+'; then echo "ok   bench model linears ($args)"; else echo "FAIL bench model linears ($args)"; fails=$((fails+1)); fi
+done
+check "bench model --no-linears"      0 ""                      -- "$T" bench model --preset tiny --workdir "$BM" --steps 2 --no-torch --read-size 1MiB --triad-size 1MiB --no-linears
+if "$T" bench model --preset tiny --workdir "$BM" --steps 2 --no-torch --read-size 1MiB --triad-size 1MiB --no-linears | grep -q "matmuls alone"; then
+  echo "FAIL bench model --no-linears still prints the matmuls"; fails=$((fails+1)); else echo "ok   bench model --no-linears drops the line"; fi
+rm -rf "$BM"
 if "$T" info --json | /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["world"]["size"]==1' ; then
   echo "ok   info --json is valid JSON"; else echo "FAIL info --json is not valid JSON"; fails=$((fails+1)); fi
 echo "$fails failed"

@@ -172,6 +172,10 @@ class LlamaModel {
   // Bytes of weights this rank holds, and those one decode token streams through.
   std::size_t weight_bytes() const;
   std::size_t decode_bytes_per_token() const;
+  // The weight matrices one decode step streams through matmul, in the order it runs them
+  // (each layer's qkv, o, gate/up and down, then the LM head on the last stage). `trellis
+  // bench model` times them alone to tell the matmuls' share of a step from the rest.
+  std::vector<kernels::TensorView> decode_linears() const;
   transport::Group& group() { return tp_; }
   // A GPU model's all-reduces go through `g` (a group with device_memory(), e.g. NCCL over the
   // same members in the same order; it must outlive the model) instead of being staged
