@@ -63,14 +63,17 @@ std::vector<float> deinterleave_x(const GemmArgs& g) {
   return xd;
 }
 
-template <typename T>
+// ToL2: the line is wanted further ahead than L1 holds (gemv_typed says when), so it is
+// fetched into L2 only; into L1 it would be evicted before its use.
+template <bool ToL2, typename T>
 inline void prefetch_next(const T* p, std::int64_t offset) {
 #ifdef TRELLIS_KERNELS_AVX512
-  if (offset) _mm_prefetch(reinterpret_cast<const char*>(p + offset), _MM_HINT_T0);
+  if (offset) _mm_prefetch(reinterpret_cast<const char*>(p + offset), ToL2 ? _MM_HINT_T1 : _MM_HINT_T0);
 #endif
 }
 
-template <typename E, int M, int NB>
+// ToL2: the prefetches for the next block go to L2 only (gemv_typed says when).
+template <typename E, int M, int NB, bool ToL2 = false>
 void gemv_rows(const GemmArgs& g, std::int64_t n_begin, std::int64_t n_end, const float* xd) {
   const auto* b = static_cast<const typename E::T*>(g.b);
   const std::int64_t k = g.k;
@@ -93,7 +96,7 @@ void gemv_rows(const GemmArgs& g, std::int64_t n_begin, std::int64_t n_end, cons
       for (; kk < k32; kk += 32) {
         __m512 we[NB], wo[NB];
         for (int j = 0; j < NB; ++j) {
-          prefetch_next(rows[j] + kk, next);
+          prefetch_next<ToL2>(rows[j] + kk, next);
           __m512i w = _mm512_loadu_si512(rows[j] + kk);
           we[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
           wo[j] = _mm512_castsi512_ps(_mm512_and_si512(w, high));
@@ -107,7 +110,7 @@ void gemv_rows(const GemmArgs& g, std::int64_t n_begin, std::int64_t n_end, cons
     for (; kk + 16 <= k; kk += 16) {
       __m512 w[NB];
       for (int j = 0; j < NB; ++j) {
-        prefetch_next(rows[j] + kk, next);
+        prefetch_next<ToL2>(rows[j] + kk, next);
         w[j] = load16<E>(rows[j] + kk);
       }
       for (int i = 0; i < M; ++i) {
@@ -158,11 +161,21 @@ void gemv_typed(ThreadPool& pool, const GemmArgs& g) {
   constexpr int kNb = std::is_same_v<E, BF16> && M == 1 ? 8 : M <= 4 ? 4 : 2;
   std::vector<float> xd;
   if constexpr (std::is_same_v<E, BF16>) xd = deinterleave_x(g);
+  // gemv_rows prefetches each weight line one block of rows ahead. A block of wide rows (the
+  // down projection's K = 8192: 8 bf16 rows are 128 KiB) puts that beyond what L1 (32-48 KiB)
+  // keeps until the next block reads it, so those prefetches go to L2 only. Measured on an
+  // Intel Xeon (bench kernels, llama-1b, 1 thread): the down projection's GEMV from 0.84 to
+  // 0.97 of triad (docs/benchmarks.md); the K = 2048 shapes (32 KiB ahead) keep L1.
+  const bool to_l2 = kNb * g.ldb * static_cast<std::int64_t>(sizeof(typename E::T)) > 32 * 1024;
   // Chunks of 64 rows keep every thread's slice of B contiguous and its stores apart. The
   // progress hook runs every 256 rows (a few microseconds of weights at M = 1).
   pool.parallel_for((g.n + 63) / 64, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t c = lo; c < hi; c += 4) {
-      gemv_rows<E, M, kNb>(g, c * 64, std::min(std::min(hi, c + 4) * 64, g.n), xd.data());
+      const std::int64_t n0 = c * 64, n1 = std::min(std::min(hi, c + 4) * 64, g.n);
+      if (to_l2)
+        gemv_rows<E, M, kNb, true>(g, n0, n1, xd.data());
+      else
+        gemv_rows<E, M, kNb>(g, n0, n1, xd.data());
       poll_progress();
     }
   });
