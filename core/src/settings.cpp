@@ -262,6 +262,10 @@ constexpr std::array kSettings = {
                 "kernel is asked to back with transparent huge pages (fewer TLB misses while a decode streams "
                 "them); false: 4 KiB pages",
                 "TRELLIS_KERNELS_HUGE_PAGES", 0, 0},
+    SettingSpec{"kernels.graph_one_copy", T::kBool, "true",
+                "A CUDA graph's staged inputs (token ids, positions, KV-cache descriptors) reach the GPU in one copy "
+                "per launch; false: one copy node per input (the ablation)",
+                "TRELLIS_GRAPH_ONE_COPY", 0, 0},
     SettingSpec{"kernels.batch_invariant", T::kBool, "false",
                 "Every matmul row computed as if alone (the small-M kernel's order for any batch): outputs "
                 "independent of what else is batched, slower long prefills; on whenever run.swift is",
@@ -271,6 +275,12 @@ constexpr std::array kSettings = {
                 "GPU stages replay the decode forward as CUDA graphs (a pair per batch size, captured the second time "
                 "the size comes; one TP rank, standard wiring); false launches every op (the ablation)",
                 "TRELLIS_CUDA_GRAPHS", 0, 0},
+    SettingSpec{"run.graph_prefill", T::kBool, "true",
+                "With CUDA graphs, a GPU stage fills the next decode step's graph (positions, cache descriptors: "
+                "every sequence one token further) while the GPU runs this step, and writes in only the sampled "
+                "tokens before launching it; a step that does not come as guessed is filled as usual. false: fill "
+                "after the tokens arrive (the ablation)",
+                "TRELLIS_GRAPH_PREFILL", 0, 0},
     SettingSpec{"run.swift", T::kBool, "false",
                 "SWIFT self-speculative decoding for greedy requests (a prompt's \"swift\" field overrides it)",
                 "TRELLIS_RUN_SWIFT", 0, 0},

@@ -99,5 +99,9 @@ void OpGraph::capture(const std::function<void()>&) { cuda::absent("OpGraph"); }
 bool OpGraph::replay(const std::function<void()>&, const std::function<bool()>&) { cuda::absent("OpGraph"); }
 bool OpGraph::captured() const { return false; }
 std::size_t OpGraph::staged_bytes() const { return 0; }
+bool OpGraph::prefill(const std::function<void()>&) { cuda::absent("OpGraph"); }
+bool OpGraph::prefilled() const { return false; }
+bool OpGraph::launch_prefilled(std::span<const std::int32_t>) { cuda::absent("OpGraph"); }
+void OpGraph::drop_prefill() {}
 
 }  // namespace trellis::kernels

@@ -46,9 +46,9 @@ void run(CudaState& s, const AttentionDims& dims, const TensorView& q, const std
   const int splits = attention_splits(a, s.sm_count);
   const std::size_t refs_bytes = align_up(refs.size() * sizeof(KvRef));
   auto* base = static_cast<std::byte*>(scratch(s, refs_bytes + attention_scratch_bytes(a, splits)));
-  upload(s, base, refs.data(), refs.size() * sizeof(KvRef));
+  const void* kv = upload(s, base, refs.data(), refs.size() * sizeof(KvRef));
   if (filling(s)) return;
-  a.kv = reinterpret_cast<const KvRef*>(base);
+  a.kv = static_cast<const KvRef*>(kv);
   check(launch_attention(a, splits, base + refs_bytes, s.stream), "attention_kernel", s.gpu);
 }
 
@@ -58,8 +58,7 @@ void kv_write(const Context& ctx, const KvView& kv, const TensorView& k_new, con
               std::int64_t start_pos) {
   CudaState& s = ctx.cuda_state();
   const KvWriteArgs args{ref_of(kv, 0), start_pos};
-  auto* dev = static_cast<KvWriteArgs*>(scratch(s, sizeof args));
-  upload(s, dev, &args, sizeof args);
+  const auto* dev = static_cast<const KvWriteArgs*>(upload(s, scratch(s, sizeof args), &args, sizeof args));
   if (filling(s)) return;
   check(launch_kv_write(mat_of(k_new), mat_of(v_new), dev, static_cast<Elem>(kv.k.dtype), static_cast<int>(kv.k.shape[0]),
                         static_cast<int>(kv.k.shape[2]), s.stream),

@@ -161,8 +161,8 @@ void embedding(const Context& ctx, const TensorView& table, std::span<const std:
                std::int64_t vocab_begin, const TensorView& out) {
   CudaState& s = ctx.cuda_state();
   if (tokens.empty()) return;
-  void* ids = scratch(s, tokens.size_bytes());
-  upload(s, ids, tokens.data(), tokens.size_bytes());
+  if (s.mode != GraphMode::kOff) s.staging->note_ids(tokens.size());  // upload() stages them at `used`
+  const void* ids = upload(s, scratch(s, tokens.size_bytes()), tokens.data(), tokens.size_bytes());
   if (filling(s)) return;
   launched(s, launch_embedding(mat_of(table), static_cast<const std::int32_t*>(ids), vocab_begin, mat_of(out), s.stream),
            "embedding_kernel");
@@ -185,12 +185,12 @@ void apply_rope(const Context& ctx, const RopeTable& table, const TensorView& x,
   const std::vector<double> inv = rope_inv_freq(table.config());
   const std::size_t pos_bytes = align_up(positions.size_bytes());
   auto* base = static_cast<std::byte*>(scratch(s, pos_bytes + inv.size() * sizeof(double)));
-  upload(s, base, positions.data(), positions.size_bytes());
-  upload(s, base + pos_bytes, inv.data(), inv.size() * sizeof(double));
+  const void* pos = upload(s, base, positions.data(), positions.size_bytes());
+  const void* freq = upload(s, base + pos_bytes, inv.data(), inv.size() * sizeof(double));
   if (filling(s)) return;
   launched(s,
-           launch_rope(mat_of(x), n_heads, table.head_dim(), reinterpret_cast<const std::int32_t*>(base),
-                       reinterpret_cast<const double*>(base + pos_bytes), s.stream),
+           launch_rope(mat_of(x), n_heads, table.head_dim(), static_cast<const std::int32_t*>(pos),
+                       static_cast<const double*>(freq), s.stream),
            "rope_kernel");
 }
 

@@ -151,20 +151,22 @@ void* scratch(CudaState& s, std::size_t bytes) {
   return s.scratch;
 }
 
-void upload(CudaState& s, void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
+const void* upload(CudaState& s, void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return dst;
   const std::size_t need = (bytes + 63) / 64 * 64;
   if (s.mode != GraphMode::kOff) {
-    // A graph's input: staged in its arena, where the captured copy node reads it at replay.
+    // A graph's input: staged in its arena; the kernel reads the arena's device copy, which
+    // the graph's first node fills from the whole arena at each launch.
     GraphStaging& a = *s.staging;
     const bool room = a.base && a.used + need <= a.capacity;
     if (room) std::memcpy(a.base + a.used, src, bytes);
-    if (s.mode == GraphMode::kRecording) {
-      if (!room) throw_error(ErrorCode::kInternal, "graph capture: an upload of {} bytes outside the sized arena", bytes);
-      TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpyAsync(dst, a.base + a.used, bytes, cudaMemcpyHostToDevice, s.stream));
-    }
+    if (s.mode == GraphMode::kRecording && !(room && a.device))
+      throw_error(ErrorCode::kInternal, "graph capture: an upload of {} bytes outside the sized arena", bytes);
+    std::byte* at = a.device ? a.device + a.used : nullptr;
+    if (s.mode == GraphMode::kRecording && a.copy_each)
+      TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpyAsync(at, a.base + a.used, bytes, cudaMemcpyHostToDevice, s.stream));
     a.used += need;
-    return;
+    return at;
   }
   CudaState::UploadRing& r = s.ring;
   if (!r.host) {
@@ -174,7 +176,7 @@ void upload(CudaState& s, void* dst, const void* src, std::size_t bytes) {
   }
   if (need > r.half) {  // larger than a half (not seen in a forward): a plain copy
     TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s.stream));
-    return;
+    return dst;
   }
   if (r.used + need > r.half) {
     TRELLIS_CUDA_CHECK(s.gpu, cudaEventRecord(r.left[r.current], s.stream));
@@ -188,6 +190,7 @@ void upload(CudaState& s, void* dst, const void* src, std::size_t bytes) {
   std::memcpy(stage, src, bytes);
   r.used += need;
   TRELLIS_CUDA_CHECK(s.gpu, cudaMemcpyAsync(dst, stage, bytes, cudaMemcpyHostToDevice, s.stream));
+  return dst;
 }
 
 Mat mat_of(const TensorView& m) {

@@ -43,6 +43,24 @@ enum class GraphMode : std::uint8_t { kOff, kRecording, kFilling };
 struct GraphStaging {
   std::byte* base = nullptr;
   std::size_t capacity = 0, used = 0;
+  // The graph's device copy of the arena (same offsets): kernels read their staged inputs
+  // there, and the graph's first node copies the whole arena into it, one copy per launch
+  // instead of one per input (OpGraph). Null while sizing.
+  std::byte* device = nullptr;
+  // Recording without the one copy (Context::graph_one_copy false): a copy node per input.
+  bool copy_each = false;
+  // Where the embedding op staged its token ids (OpGraph::launch_prefilled overwrites them);
+  // ids_count kSeveral when the body embedded more than once.
+  static constexpr std::size_t kNone = ~std::size_t{0}, kSeveral = kNone - 1;
+  std::size_t ids_at = kNone, ids_count = 0;
+  void note_ids(std::size_t count) {
+    if (ids_at != kNone) {
+      ids_count = kSeveral;
+      return;
+    }
+    ids_at = used;
+    ids_count = count;
+  }
 };
 
 // One per CUDA Context. Scratch memory is reused by every op in stream order: an op's
@@ -95,9 +113,12 @@ void check(cublasStatus_t e, const char* call, int gpu);
 void* scratch(CudaState& s, std::size_t bytes);
 inline std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
 
-// Copies a host array to device memory `dst` on the stream; the source is staged in the
-// context's pinned ring before the call returns, so the caller may reuse it at once.
-void upload(CudaState& s, void* dst, const void* src, std::size_t bytes);
+// A kernel's host input: copied to device memory on the stream; returns where the kernel
+// must read it. Eagerly that is `dst` (the source staged in the context's pinned ring first,
+// so the caller may reuse its array at once). While a graph records or fills, the input is
+// staged in the graph's arena and read from the arena's device copy, which the graph's one
+// copy node fills at launch (null while sizing: nothing is launched then).
+const void* upload(CudaState& s, void* dst, const void* src, std::size_t bytes);
 
 // The cuBLASLt descriptors and algorithm (the heuristic's first) of y[M,N] f32 = x[M,K]
 // w[N,K]^T with x and w of type t, row-major leading dimensions and the operands' alignments

@@ -155,6 +155,9 @@ void Engine::forward_executor() {
     const StageInput* in = nullptr;
     // Deferred logits are collected before any wait that could depend on them (the next
     // input of a single stage needs the tokens they give); an input already prepared cannot.
+    // Nothing to start yet (a decode step waits for the tokens of this one): the stage may fill
+    // its next step now, on a guess, while its device still runs this step (prepare_next).
+    if (it > 0 && opt_.tsem && !tsem_.forward_ready()) stage_.prepare_next(trace_);
     if (pending_logits_ && !tsem_.forward_ready()) finish_pending_logits();
     if (opt_.tsem) {
       Tracer::Span span(trace_, Lane::kForward, TraceCat::kWait, "wait input");

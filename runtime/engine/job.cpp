@@ -374,6 +374,7 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
     const DeviceBinding bind = bind_device(DeviceChoice::kCuda, cuda_info, local);
     spdlog::log(me == 0 ? spdlog::level::info : spdlog::level::debug, "rank {}: device cuda, {}", me, bind.reason);
     j->ctx = std::make_unique<kernels::Context>(kernels::Device::kCuda, bind.gpu);
+    j->ctx->set_graph_one_copy(config.get_bool("kernels.graph_one_copy"));
   } else {
     if (me == 0 && device_choice == DeviceChoice::kAuto && !cuda_info.gpus.empty())
       spdlog::info("device: cpu (--device auto and not every rank sees a GPU)");
@@ -418,12 +419,16 @@ std::unique_ptr<PreparedJob> prepare_job(transport::Bootstrap& world, const Conf
   vo.load = lo;
   LlamaStageOptions so;
   so.cuda_graphs = config.get_bool("run.cuda_graphs");
+  so.graph_prefill = config.get_bool("run.graph_prefill");
   if (use_gpu && world.rank() == 0)
     spdlog::info("cuda graphs: {}", !so.cuda_graphs ? "off (run.cuda_graphs=false)"
                                     : o.tp > 1   ? "off (a TP all-reduce goes through host memory, which a graph cannot hold)"
                                     : variant.kind != Variant::kStandard
                                         ? "off (the variant's wiring is run op by op)"
-                                        : "decode steps replayed per batch size");
+                                        : so.graph_prefill
+                                        ? "decode steps replayed per batch size, each filled while the step before runs"
+                                        : "decode steps replayed per batch size (filled after the tokens: "
+                                          "run.graph_prefill=false)");
   j->stage = make_llama_stage(model, variant, config.get_duration("comm.deadline_ms"), std::move(vo), so);
   if (world.rank() == 0 && !variant_is_exact(variant.kind))
     spdlog::warn("model variant nocomm on layers {}-{}: every TP all-reduce removed, outputs are WRONG on purpose "

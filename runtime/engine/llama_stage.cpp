@@ -4,6 +4,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -20,11 +22,13 @@ class LlamaStage final : public StageCompute {
   explicit LlamaStage(LlamaModel& m) : m_(m) {}
   ~LlamaStage() override {
     if (captures_ > 0)
-      spdlog::info("cuda graphs: {} captured, {} replays, over {} batch sizes (layers {}-{})", captures_, replays_,
-                   graphs_.size(), m_.first_layer(), m_.last_layer() - 1);
+      spdlog::info("cuda graphs: {} captured, {} replays, over {} batch sizes (layers {}-{}); {} of the replays filled "
+                   "while the step before ran ({} fills guessed wrong)",
+                   captures_, replays_, graphs_.size(), m_.first_layer(), m_.last_layer() - 1, prefilled_launches_,
+                   prefills_ - prefilled_launches_);
   }
   LlamaStage(LlamaModel& m, const VariantSpec& v, Millis deadline, VariantOptions opts, LlamaStageOptions so)
-      : m_(m), graphs_on_(so.cuda_graphs) {
+      : m_(m), graphs_on_(so.cuda_graphs), prefill_on_(so.cuda_graphs && so.graph_prefill) {
     if (v.kind != Variant::kStandard) runner_.emplace(m, v, deadline, std::move(opts));
     if (v.kind == Variant::kLayerParallel)
       spdlog::info("lp placement: {} (layer: each layer of a pair on its own half of the TP ranks, as the paper; "
@@ -54,7 +58,11 @@ class LlamaStage final : public StageCompute {
         kernels::copy(m_.context(), host, xv);
       }
     }
-    if (!(graphable(in) && graph_forward(in, xv, trace))) eager_layers(in, xv, trace);
+    if (!(graphable(in) && graph_forward(in, xv, trace))) {
+      graphed_last_ = false;
+      if (auto* g = std::exchange(guessed_, nullptr)) g->drop_prefill();
+      eager_layers(in, xv, trace);
+    }
     if (on_device() && !m_.has_lm_head() && !device_out_) {
       // The host path of the stage hand-off: the next stage's sender reads host memory.
       Tracer::Span span(trace, Lane::kForward, TraceCat::kSend, "hidden to host", in.iteration);
@@ -113,6 +121,28 @@ class LlamaStage final : public StageCompute {
   void* device_hidden(int rows) override {
     if (!on_device()) return nullptr;
     return device_buffer(dx_, rows, m_.config().hidden_size).data;
+  }
+
+  // The guess: the batch of the step just enqueued with every sequence one token further
+  // (what a decode step after a decode step is unless the scheduler changed the batch), its
+  // tokens left as they were (launch_prefilled writes the real ones in).
+  void prepare_next(Tracer& trace) override {
+    if (!prefill_on_ || !graphed_last_) return;
+    graphed_last_ = false;  // one guess per step
+    guess_ = batch_;
+    for (auto& c : guess_.seqs)
+      if ((c.start_pos += c.n_tokens) + c.n_tokens > m_.kv_capacity()) return;  // it ends instead
+    const auto rows = guess_.total_tokens();
+    auto it = graphs_.find(rows);
+    if (it == graphs_.end()) return;
+    GraphPair& pair = it->second;
+    auto& g = pair.graph[flip_];
+    const auto xv = device_buffer(dx_, rows, m_.config().hidden_size);
+    if (!g || !g->captured() || buffers(xv) != pair.fingerprint[flip_]) return;
+    Tracer::Span span(trace, Lane::kForward, TraceCat::kPrep, "graph prefill", -1, m_.first_layer());
+    if (!g->prefill([&] { body(guess_, xv); })) return;
+    guessed_ = g.get();
+    ++prefills_;
   }
 
  private:
@@ -180,31 +210,66 @@ class LlamaStage final : public StageCompute {
   // buffers moved (a larger batch grew the scratch) is captured again. False: not run (the
   // caller runs the ops eagerly).
   bool graph_forward(const StageInput& in, const kernels::TensorView& xv, Tracer& trace) {
+    kernels::OpGraph* guessed = std::exchange(guessed_, nullptr);
     GraphPair& pair = graphs_[in.n_tokens()];
-    if (++pair.seen < 2) return false;
+    if (++pair.seen < 2) {
+      if (guessed) guessed->drop_prefill();
+      return false;
+    }
     const int slot = flip_;
     flip_ ^= 1;
-    auto body = [&] {
-      if (m_.has_embedding()) m_.embed(batch_, xv);
-      for (int l = m_.first_layer(); l < m_.last_layer(); ++l) m_.standard_layer(l, batch_, xv);
-    };
-    // The graph holds the addresses of the model's scratch and of x: both must be the
-    // allocations it was captured with, before the fill and after it (a fill may not grow
-    // them). Serials, not addresses: a reallocation can return the same address.
-    const auto buffers = [&] {
-      return (m_.scratch_fingerprint() * 1000003u ^ std::hash<std::uint64_t>{}(dx_.serial())) * 1000003u ^
-             std::hash<const void*>{}(xv.data);
-    };
+    graphed_last_ = true;
     auto& g = pair.graph[slot];
     if (!g) g = std::make_unique<kernels::OpGraph>(m_.context());
     Tracer::Span span(trace, Lane::kForward, TraceCat::kBlock, "graph", in.iteration, m_.first_layer());
     const std::size_t expected = pair.fingerprint[slot];
-    if (g->captured() && buffers() == expected && g->replay(body, [&] { return buffers() == expected; })) {
+    if (guessed) {
+      // The fill made during the last step stands for this one when everything it staged
+      // (positions, slots, cache lengths: all from the sequences) is what this step would
+      // stage; only the token ids differ, and launch_prefilled writes those in.
+      if (guessed == g.get() && same_sequences(guess_, batch_) && buffers(xv) == expected) {
+        if (m_.has_embedding()) m_.check_tokens(batch_.tokens);
+        if (g->launch_prefilled(m_.has_embedding() ? std::span<const std::int32_t>(batch_.tokens)
+                                                   : std::span<const std::int32_t>())) {
+          ++replays_;
+          ++prefilled_launches_;
+          return true;
+        }
+      }
+      guessed->drop_prefill();
+    }
+    auto run_body = [&] { body(batch_, xv); };
+    // The graph holds the addresses of the model's scratch and of x: both must be the
+    // allocations it was captured with, before the fill and after it (a fill may not grow
+    // them).
+    if (g->captured() && buffers(xv) == expected && g->replay(run_body, [&] { return buffers(xv) == expected; })) {
       ++replays_;
     } else {
-      g->capture(body);
-      pair.fingerprint[slot] = buffers();
+      g->capture(run_body);
+      pair.fingerprint[slot] = buffers(xv);
       ++captures_;
+    }
+    return true;
+  }
+  // What a graph runs: the embedding (stage 0) and this stage's layers.
+  void body(const Batch& b, const kernels::TensorView& xv) {
+    if (m_.has_embedding()) m_.embed(b, xv);
+    for (int l = m_.first_layer(); l < m_.last_layer(); ++l) m_.standard_layer(l, b, xv);
+  }
+  // Serials, not addresses, of the model's scratch and of x: a reallocation can return the
+  // same address.
+  std::size_t buffers(const kernels::TensorView& xv) const {
+    return (m_.scratch_fingerprint() * 1000003u ^ std::hash<std::uint64_t>{}(dx_.serial())) * 1000003u ^
+           std::hash<const void*>{}(xv.data);
+  }
+  // Whether two graphable batches stage the same graph inputs but for their token ids.
+  static bool same_sequences(const Batch& a, const Batch& b) {
+    if (a.seqs.size() != b.seqs.size() || a.tokens.size() != b.tokens.size() || a.skip != b.skip) return false;
+    for (std::size_t i = 0; i < a.seqs.size(); ++i) {
+      const SeqChunk &x = a.seqs[i], &y = b.seqs[i];
+      if (x.slot != y.slot || x.start_pos != y.start_pos || x.n_tokens != y.n_tokens || x.logits != y.logits ||
+          x.every_logit != y.every_logit || !x.parents.empty() || !y.parents.empty())
+        return false;
     }
     return true;
   }
@@ -221,7 +286,13 @@ class LlamaStage final : public StageCompute {
   };
 
   LlamaModel& m_;
-  bool graphs_on_ = false;
+  bool graphs_on_ = false, prefill_on_ = false;
+  // graph prefill (prepare_next): the guessed batch and the graph filled with it; whether the
+  // last forward ran as a graph (only then is the next step guessed)
+  Batch guess_;
+  kernels::OpGraph* guessed_ = nullptr;
+  bool graphed_last_ = false;
+  std::int64_t prefills_ = 0, prefilled_launches_ = 0;
   std::map<std::int64_t, GraphPair> graphs_;
   int flip_ = 0;
   std::int64_t captures_ = 0, replays_ = 0;

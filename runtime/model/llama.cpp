@@ -130,13 +130,19 @@ void LlamaModel::embed(const Batch& batch, const TensorView& x) {
   if (static_cast<std::int64_t>(batch.tokens.size()) != batch.total_tokens())
     throw_scoped(ErrorScope::kRequest, ErrorCode::kInvalidArgument, "batch has {} tokens but its sequences add up to {}",
                  batch.tokens.size(), batch.total_tokens());
-  for (std::size_t i = 0; i < batch.tokens.size(); ++i)
-    if (batch.tokens[i] < 0 || batch.tokens[i] >= cfg_.vocab_size)
-      throw_scoped(ErrorScope::kRequest, ErrorCode::kInvalidArgument, "token {} at batch position {} is outside the vocabulary [0, {})",
-                   batch.tokens[i], i, cfg_.vocab_size);
+  check_tokens(batch.tokens);
   kernels::embedding(ctx_, embed_, batch.tokens, tp_layout_.vocab_begin, x);
   all_reduce(x);  // each rank contributed only the rows of its vocabulary slice
 }
+
+void LlamaModel::check_tokens(std::span<const std::int32_t> tokens) const {
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= cfg_.vocab_size)
+      throw_scoped(ErrorScope::kRequest, ErrorCode::kInvalidArgument, "token {} at batch position {} is outside the vocabulary [0, {})",
+                   tokens[i], i, cfg_.vocab_size);
+}
+
+std::int64_t LlamaModel::kv_capacity() const { return kv_.capacity(); }
 
 const LlamaModel::Layer& LlamaModel::layer_ref(int layer) const {
   if (layer < first_ || layer >= last_)

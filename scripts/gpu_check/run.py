@@ -283,32 +283,49 @@ def decode_runs(rep, env, scratch, budget, a, gpu_present):
     (batch 16). The batch-1 graph run leaves its timeline (trace-cuda-b1.json)."""
     # The CPU run is the stand-in where there is no GPU (it checks the script); on a GPU
     # machine its host CPU is not ours to report and the time is better spent on the GPU.
-    runs = ([("cuda", 1, 128, True, a.preset_dtype), ("cuda", 1, 128, False, a.preset_dtype),
-             ("cuda", 16, 64, True, a.preset_dtype), ("cuda", 16, 64, False, a.preset_dtype)]
-            if gpu_present else [("cpu", 1, 32, False, a.preset_dtype)])
+    # Batch 1 with graphs also without run.graph_prefill (the next step's graph filled only once
+    # its tokens are there), twice each, interleaved: the prefill's gain from one lease.
+    dt = a.preset_dtype
+    # And without kernels.graph_one_copy (a copy node per staged input, as before).
+    runs = ([("cuda", 1, 128, True, dt), ("cuda", 1, 128, "noprefill", dt), ("cuda", 1, 128, "copyeach", dt),
+             ("cuda", 1, 128, False, dt),
+             ("cuda", 1, 128, True, dt), ("cuda", 1, 128, "noprefill", dt), ("cuda", 1, 128, "copyeach", dt),
+             ("cuda", 16, 64, True, dt), ("cuda", 16, 64, False, dt)]
+            if gpu_present else [("cpu", 1, 32, False, dt)])
     # --decode-also-dtype: batch 1 with and without graphs in another weight dtype too (the
     # same kernels at another weight read, e.g. f32 to compare with calls before bf16).
     if gpu_present and a.decode_also_dtype and a.decode_also_dtype != a.preset_dtype:
         runs += [("cuda", 1, 128, True, a.decode_also_dtype), ("cuda", 1, 128, False, a.decode_also_dtype)]
     found, parts = [], [] if gpu_present else ["cuda: no GPU"]
+    traced = False
     for device, n, out_tokens, graphs, dtype in runs:
-        argv = ["trellis", "run", "--device", device, "--preset", a.decode_preset,
-                "--workload", f"n={n},in=32,out={out_tokens},seed=1", "--json"] + a.decode_args.split()
+        prefill = graphs is True
+        argv = ["trellis"] + {"noprefill": ["--set", "run.graph_prefill=false"],
+                              "copyeach": ["--set", "kernels.graph_one_copy=false"]}.get(graphs, [])
+        argv += ["run", "--device", device, "--preset", a.decode_preset,
+                 "--workload", f"n={n},in=32,out={out_tokens},seed=1", "--json"] + a.decode_args.split()
         argv += preset_dtype_args(env, a, dtype)
         if device == "cuda" and not graphs:
             argv.append("--no-cuda-graphs")
-        if n == 1 and (graphs or device == "cpu") and dtype == a.preset_dtype:
+        if n == 1 and (prefill or device == "cpu") and dtype == a.preset_dtype and not traced:
             argv += ["--trace", str(rep.out / f"trace-{device}-b1.json")]
+            traced = True
         rc, out, secs = run_logged(rep, argv, env, budget.cap(a.bench_timeout, a.reserve_s), log=rep.log)
         j = first_json(out) if rc == 0 else None
         label = f"{device}{'' if device == 'cpu' else (' graphs' if graphs else ' eager')} b={n}"
+        if graphs in ("noprefill", "copyeach"):
+            label += {"noprefill": " no-prefill", "copyeach": " copy-each"}[graphs]
         if dtype != a.preset_dtype:
             label += f" {dtype}"
-        row = {"device": device, "cuda_graphs": graphs, "batch": n, "out": out_tokens, "dtype": dtype, "exit": rc,
+        row = {"device": device, "cuda_graphs": bool(graphs), "graph_prefill": prefill or graphs == "copyeach",
+               "graph_one_copy": graphs != "copyeach", "batch": n, "out": out_tokens, "dtype": dtype, "exit": rc,
                "seconds": round(secs, 1)}
         m = re.search(r"cuda graphs: ([0-9]+) captured, ([0-9]+) replays", out)
         if m:
             row.update(graphs_captured=int(m.group(1)), graph_replays=int(m.group(2)))
+        mp = re.search(r"([0-9]+) of the replays filled while the step before ran \(([0-9]+) fills guessed wrong\)", out)
+        if mp:
+            row.update(replays_filled_ahead=int(mp.group(1)), fills_guessed_wrong=int(mp.group(2)))
         if j and j.get("tpot", {}).get("p50_s"):
             row.update(tpot_p50_s=j["tpot"]["p50_s"], throughput_tokens_per_s=j.get("throughput_tokens_per_s"),
                        ttft_p50_s=j.get("ttft", {}).get("p50_s"), load_s=j.get("startup", {}).get("load_s"))

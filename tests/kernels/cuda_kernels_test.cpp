@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <span>
 
 #include "../harness/gpu_main.hpp"
 #include "kernel_test_util.hpp"
@@ -366,7 +367,9 @@ TEST(Cuda, UploadsWrapThePinnedRing) {
 // replayed with new tokens, positions and slots computes what the same ops compute eagerly:
 // the KV caches end bit-identical and every step's output agrees (the graph splits the keys
 // by capacity, eager by length: another summation order). A replay whose body stages a
-// different amount of input is refused; one after the scratch moved returns false.
+// different amount of input is refused; one after the scratch moved returns false. Every
+// third step is filled ahead (prefill) with wrong token ids and launched with the right ones
+// written in (launch_prefilled), as the engine does while the step before still runs.
 TEST(Cuda, GraphReplayMatchesEagerSteps) {
   const int heads = 4, kv_heads = 2, hd = 32, B = 2;
   const std::int64_t vocab = 50, H = heads * hd, kvw = kv_heads * hd, cap = 300;
@@ -418,8 +421,20 @@ TEST(Cuda, GraphReplayMatchesEagerSteps) {
       pos[static_cast<std::size_t>(b)] = it + 40 * b;  // sequence 1 is 40 positions ahead
       slots[static_cast<std::size_t>(b)] = (b + (it >= 45 ? 1 : 0)) % 3;  // the slots move half way
     }
-    if (it == 0) g.capture([&] { step(graph_kv); });
-    else ASSERT_TRUE(g.replay([&] { step(graph_kv); })) << "step " << it;
+    if (it == 0) {
+      g.capture([&] { step(graph_kv); });
+    } else if (it % 3 == 0) {
+      const std::vector<std::int32_t> real = tokens;
+      for (auto& t : tokens) t = static_cast<std::int32_t>((t + 1 + it) % vocab);  // what a guess cannot know
+      ASSERT_TRUE(g.prefill([&] { step(graph_kv); })) << "step " << it;
+      EXPECT_TRUE(g.prefilled());
+      tokens = real;
+      ASSERT_TRUE(g.launch_prefilled(tokens)) << "step " << it;
+      EXPECT_FALSE(g.prefilled());
+      EXPECT_FALSE(g.launch_prefilled(tokens)) << "a fill launches once";
+    } else {
+      ASSERT_TRUE(g.replay([&] { step(graph_kv); })) << "step " << it;
+    }
     Tensor got = to_host(y);
     step(eager_kv);
     expect_near(got, to_host(y), 1e-5, 1e-4, "step " + std::to_string(it));
@@ -430,6 +445,13 @@ TEST(Cuda, GraphReplayMatchesEagerSteps) {
   }
   if (trace) std::fprintf(stderr, "graph test: %s\n", "caches compared"), std::fflush(stderr);
   EXPECT_GT(g.staged_bytes(), 0u);
+  // A fill for other token counts is not launched (and is dropped); nor is a dropped one.
+  ASSERT_TRUE(g.prefill([&] { step(graph_kv); }));
+  EXPECT_FALSE(g.launch_prefilled(std::span<const std::int32_t>(tokens).first(1)));
+  EXPECT_FALSE(g.prefilled());
+  ASSERT_TRUE(g.prefill([&] { step(graph_kv); }));
+  g.drop_prefill();
+  EXPECT_FALSE(g.launch_prefilled(tokens));
   EXPECT_THROW(g.replay([&] { embedding(gpu(), table, tokens, 0, x); }), Error) << "a different body";
   if (trace) std::fprintf(stderr, "graph test: %s\n", "a different body refused"), std::fflush(stderr);
   EXPECT_THROW(g.replay([&] { (void)to_host(y); }), Error) << "host copies are refused in a body";
@@ -441,6 +463,7 @@ TEST(Cuda, GraphReplayMatchesEagerSteps) {
   if (trace) std::fprintf(stderr, "graph test: %s\n", "scratch grown"), std::fflush(stderr);
   EXPECT_FALSE(g.replay([&] { step(graph_kv); }));
   if (trace) std::fprintf(stderr, "graph test: %s\n", "stale replay refused"), std::fflush(stderr);
+  EXPECT_FALSE(g.prefill([&] { step(graph_kv); })) << "nor filled ahead";
   gpu().synchronize();
 }
 

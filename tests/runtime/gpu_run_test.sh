@@ -4,7 +4,10 @@
 # the stage boundary must say it uses CUDA IPC (two processes on one GPU), and a run with the
 # host path forced (--stage-handoff host) must give the same tokens, and so must the hand-off
 # with interprocess events (comm.handoff_signal=event) where the default (auto) said it uses
-# stream values (cuStreamWaitValue32; the sender names the signal beside its count).
+# stream values (cuStreamWaitValue32; the sender names the signal beside its count). Every
+# stage must have launched graphs filled while the step before ran (run.graph_prefill), and a
+# run with that off must give the same tokens, and so must one whose graphs copy each staged
+# input on its own (kernels.graph_one_copy=false).
 #   gpu_run_test.sh TRELLIS MPIEXEC [FLAGS...]
 # Layouts: 1x1, and pp=2 with both ranks sharing GPU 0 (local rank modulo the visible GPUs).
 # * synthetic tiny model (f32 weights: the GPU's matmuls are cuBLASLt f32, logits within ~1e-4):
@@ -65,13 +68,17 @@ for c in "${cases[@]}"; do
     # cuda: decode steps replayed as CUDA graphs (the default); eager: every op launched.
     # host (pp=2): the stage hand-off through host memory, forced.
     # event (pp=2): the CUDA IPC hand-off ordered by interprocess events instead.
-    devs=(cpu cuda eager); [ "$pp" = 2 ] && devs+=(host event)
+    # noprefill: graphs filled only once the step's tokens are there (run.graph_prefill=false).
+    # copyeach: a copy node per staged graph input instead of one (kernels.graph_one_copy=false).
+    devs=(cpu cuda eager noprefill copyeach); [ "$pp" = 2 ] && devs+=(host event)
     for dev in "${devs[@]}"; do
       f="$WORK/${name}_${pp}_${dev}.jsonl"
       flags=(--device "$dev"); pre=()
       [ "$dev" = eager ] && flags=(--device cuda --no-cuda-graphs)
       [ "$dev" = host ] && flags=(--device cuda --stage-handoff host)
       [ "$dev" = event ] && { flags=(--device cuda); pre=(--set comm.handoff_signal=event); }
+      [ "$dev" = noprefill ] && { flags=(--device cuda); pre=(--set run.graph_prefill=false); }
+      [ "$dev" = copyeach ] && { flags=(--device cuda); pre=(--set kernels.graph_one_copy=false); }
       # shellcheck disable=SC2086
       if run "$pp" "${pre[@]}" run $args --pp "$pp" "${flags[@]}" --max-context 128 --out "$f" > "$WORK/log" 2>&1; then
         got[$dev]=$(tokens_of "$f")
@@ -79,6 +86,11 @@ for c in "${cases[@]}"; do
           if grep -Eq "cuda graphs: [1-9][0-9]* captured, [1-9][0-9]* replays" "$WORK/log"; then
             ok "$name pp=$pp: $(grep -Eo 'cuda graphs: [0-9]+ captured, [0-9]+ replays' "$WORK/log" | head -1)"
           else bad "$name pp=$pp: the cuda run replayed no CUDA graph"; grep -i "graph" "$WORK/log" | head -3; fi
+          # run.graph_prefill (the default): steps filled while the step before ran, and tokens
+          # still equal the CPU's (compared below). Rank 0 logs its stage's count at info.
+          pre_n=$(grep -Eo "[0-9]+ of the replays filled while the step before ran" "$WORK/log" | awk '{print $1}' | head -1)
+          if [ -n "$pre_n" ] && [ "$pre_n" -gt 0 ]; then ok "$name pp=$pp: rank 0 launched $pre_n replays filled ahead"
+          else bad "$name pp=$pp: rank 0 launched no graph filled ahead ('${pre_n:-no line}')"; grep -i "cuda graphs:" "$WORK/log" | head -3; fi
         fi
         if [ "$pp" = 2 ] && [ "$dev" != cpu ]; then
           want="cuda-ipc"; [ "$dev" = host ] && want="host"
@@ -103,7 +115,7 @@ for c in "${cases[@]}"; do
         bad "$name pp=$pp --device $dev failed"; tail -8 "$WORK/log"
       fi
     done
-    for pair in "cuda cpu" "eager cpu" "cuda eager" "host cpu" "cuda host" "event cpu" "cuda event"; do
+    for pair in "cuda cpu" "eager cpu" "cuda eager" "noprefill cpu" "cuda noprefill" "copyeach cpu" "host cpu" "cuda host" "event cpu" "cuda event"; do
       read -r a b <<<"$pair"
       [ -n "${got[$a]:-}" ] && [ -n "${got[$b]:-}" ] || continue
       if [ "${got[$a]}" = "${got[$b]}" ]; then ok "$name pp=$pp: $a tokens equal $b"

@@ -151,6 +151,12 @@ class Context {
   void set_huge_pages(bool on) { huge_pages_ = on; }
   bool huge_pages() const { return huge_pages_; }
 
+  // CUDA graphs (graph.hpp): the inputs a graph stages reach the device in one copy per
+  // launch (the default), or false: one copy node per input, as before (setting
+  // kernels.graph_one_copy, the ablation). Read when a graph is captured.
+  void set_graph_one_copy(bool on) { graph_one_copy_ = on; }
+  bool graph_one_copy() const { return graph_one_copy_; }
+
  private:
   struct CudaStateDeleter {
     void operator()(CudaState* s) const noexcept;
@@ -159,6 +165,7 @@ class Context {
   int gpu_ = -1;
   bool batch_invariant_ = false;
   bool huge_pages_ = true;
+  bool graph_one_copy_ = true;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<CudaState, CudaStateDeleter> cuda_;
 };

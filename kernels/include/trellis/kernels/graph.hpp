@@ -4,7 +4,8 @@
 // "body": ops on one CUDA context) enqueues, once, and then replays it as one launch.
 //
 // The body's host inputs (token ids, positions, KV-cache descriptors: what ops upload) are
-// staged in the graph's own pinned arena; the graph's copy nodes read them from there. To
+// staged in the graph's own pinned arena; the graph's first node copies the whole arena to
+// the device, where the kernels read them (one copy a launch, however many inputs). To
 // replay, the body's host code runs again in "filling" mode: each op validates its arguments
 // and stages its inputs at the same place in the arena but launches nothing; then the graph
 // is launched. So a replay computes exactly what running the body eagerly would, provided the
@@ -19,13 +20,21 @@
 // a larger batch) and the caller captures again. Two OpGraphs over the same body, used in
 // turn, let the host fill one while the GPU still runs the other (each has its own arena).
 //
+// The fill can also run ahead (prefill): while the GPU still runs step i, the host fills the
+// other graph of the pair with a guess of step i+1's inputs, and when the step comes as
+// guessed launches it after writing in only the values a guess cannot know, the token ids the
+// body's embedding op staged. Whether the step came as guessed is the caller's to check
+// (kernels cannot know which inputs the guess got right).
+//
 // CUDA contexts only (kUnsupported otherwise, or without the backend). Not thread-safe; the
 // context must outlive it.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 
 #include "trellis/kernels/context.hpp"
 
@@ -51,9 +60,23 @@ class OpGraph {
   // Bytes of host input the captured body stages per replay.
   std::size_t staged_bytes() const;
 
+  // Fills the arena through body's host side without launching (waiting first for this
+  // graph's last launch, which reads the arena). False, nothing kept, where replay() would
+  // return false before launching. The fill stays pending until launch_prefilled(),
+  // replay(), capture() or drop_prefill().
+  bool prefill(const std::function<void()>& body);
+  bool prefilled() const;
+  // Writes `tokens` over the token ids the pending fill's embedding op staged, then launches.
+  // `tokens` must have as many ids as were staged (none where the body embeds nothing); the
+  // caller validates their values. False, nothing launched and the fill dropped: none
+  // pending, the scratch moved since, or the count differs (or the body embedded twice).
+  bool launch_prefilled(std::span<const std::int32_t> tokens);
+  void drop_prefill();
+
   struct Impl;
 
  private:
+  bool fill(const std::function<void()>& body, const char* what);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -125,6 +125,12 @@ class StageCompute {
     (void)rows;
     return nullptr;
   }
+  // Called when the forward executor is about to wait for its next input: a stage may do the
+  // next step's host work now, on a guess of that input (a GPU stage fills the other CUDA graph
+  // of its pair with every sequence one token further, run.graph_prefill), while its device
+  // still runs this step. It must not change what the steps already enqueued compute, and a
+  // wrong guess may cost only time: forward() checks the guess against the input it gets.
+  virtual void prepare_next(Tracer& trace) { (void)trace; }
 };
 
 // Where every rank sits. rank_of[stage * tp + k] = world rank; host_of[world rank] = host id.

@@ -24,8 +24,12 @@ std::unique_ptr<StageCompute> make_llama_stage(LlamaModel& model);
 // sequence, standard wiring, one TP rank) as CUDA graphs (kernels/graph.hpp), a pair per
 // batch size captured the second time the size comes; false runs every op eagerly (the
 // ablation, setting run.cuda_graphs / --no-cuda-graphs). No effect on a CPU stage.
+// graph_prefill: with graphs, fill the next decode step's graph while the GPU runs this one
+// (StageCompute::prepare_next), so that only the sampled tokens are written in between steps
+// (setting run.graph_prefill).
 struct LlamaStageOptions {
   bool cuda_graphs = true;
+  bool graph_prefill = true;
 };
 
 // The same with a communication-reducing variant's residual wiring (variants.hpp) over

@@ -191,6 +191,8 @@ class LlamaModel {
   std::size_t scratch_fingerprint() const;
   // Where weights, KV cache and activations live (the context's device).
   kernels::Device device() const { return ctx_.device(); }
+  // Positions each KV-cache slot holds.
+  std::int64_t kv_capacity() const;
   // Bytes this rank's shard of weights and its KV cache take for `cfg` split by `layout`
   // (what a GPU must hold; the estimate the out-of-memory message names).
   static std::size_t estimate_weight_bytes(const ModelConfig& cfg, const TpLayout& layout, int first_layer,
@@ -202,6 +204,9 @@ class LlamaModel {
 
   // x[T, H] = embedding of batch.tokens (vocab-parallel lookup + all-reduce). Stage 0 only.
   void embed(const Batch& batch, const kernels::TensorView& x);
+  // What embed() checks of the token ids: every one inside the vocabulary (throws, request
+  // scope). For callers that stage ids past embed() (a CUDA graph filled ahead).
+  void check_tokens(std::span<const std::int32_t> tokens) const;
   // out[T, H] = this rank's partial sum of o_proj(attention(rope(qkv(rms_norm(x))))) for
   // `layer`, writing the new K/V into the cache. No communication. With `beta` 1 the sum is
   // added onto out (out = sum + out, the projection's epilogue), and out may be x itself (the
