@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -110,6 +111,52 @@ TEST(Sampler, TransposeAndShardConcatenation) {
   transpose_to_columns(rows.data(), B, V, full.data());
   for (int i = 0; i < B * V; ++i) EXPECT_EQ(zt.data()[i], full[static_cast<std::size_t>(i)]);
   EXPECT_EQ(zt.data()[5 * B + 2], 205.0f);
+}
+
+// Greedy picks what `if (z[v] > z[best]) best = v` picks: the lowest id among ties, a NaN never
+// (unless it is element 0), for every length around the vectorised pass's width, contiguous
+// (sample_token, a batch of one) and strided (one column of a wider batch).
+TEST(Sampler, GreedyArgmaxMatchesTheScalarLoop) {
+  const auto scalar = [](const std::vector<float>& z, std::size_t stride, std::size_t col) {
+    std::size_t best = 0;
+    const std::size_t n = z.size() / stride;
+    for (std::size_t v = 1; v < n; ++v)
+      if (z[v * stride + col] > z[best * stride + col]) best = v;
+    return static_cast<std::int32_t>(best);
+  };
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(-3, 3);  // many ties
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  ASSERT_TRUE(greedy.is_greedy());
+  std::vector<std::int32_t> idx;
+  for (int n = 1; n <= 40; ++n) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> z(static_cast<std::size_t>(n));
+      for (auto& x : z) x = static_cast<float>(small(rng));
+      if (trial % 4 == 1) z[rng() % z.size()] = nan;
+      if (trial % 4 == 2) z[0] = nan;
+      if (trial % 4 == 3) z[z.size() - 1] = 100.0f;  // the maximum in the scalar tail
+      if (trial == 5) z.assign(z.size(), -0.0f), z.back() = 0.0f;  // -0 == +0: the first wins
+      ASSERT_EQ(sample_token(z, greedy, 0.5, idx), scalar(z, 1, 0)) << "n " << n << " trial " << trial;
+    }
+  }
+  // Through Sampler::sample: batches of 1 (contiguous) and 3 with a worker per column (strided).
+  const int V = 1031;
+  for (int B : {1, 3}) {
+    Sampler sampler(V, B, B - 1);
+    PenaltyState state(V, B);
+    for (int c = 0; c < B; ++c) state.bind(c, greedy, {});
+    std::vector<float> zt(static_cast<std::size_t>(V * B));
+    for (auto& x : zt) x = static_cast<float>(small(rng));
+    zt[static_cast<std::size_t>(17 * B)] = nan;
+    std::vector<std::int32_t> got(static_cast<std::size_t>(B));
+    sampler.sample(zt.data(), B, state, got);
+    for (int c = 0; c < B; ++c)
+      EXPECT_EQ(got[static_cast<std::size_t>(c)], scalar(zt, static_cast<std::size_t>(B), static_cast<std::size_t>(c)))
+          << "batch " << B << " column " << c;
+  }
 }
 
 TEST(Sampler, UniformDependsOnSeedAndStepOnly) {
