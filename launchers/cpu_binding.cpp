@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -45,6 +46,22 @@ std::string machine_id(const std::string& hostname) {
   return "host:" + hostname;
 }
 
+// "CPU 3", "CPUs 0-7", "CPUs 0-3,8-11": runs of consecutive CPUs joined.
+std::string cpu_list(const std::vector<int>& cpus) {
+  if (cpus.empty()) return "no CPU";
+  std::vector<int> c = cpus;
+  std::sort(c.begin(), c.end());
+  std::string out = c.size() == 1 ? "CPU " : "CPUs ";
+  for (std::size_t i = 0; i < c.size();) {
+    std::size_t j = i;
+    while (j + 1 < c.size() && c[j + 1] == c[j] + 1) ++j;
+    out += fmt::format("{}{}", i ? "," : "", c[i]);
+    if (j > i) out += fmt::format("-{}", c[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_host_ranks(Session& s) {
@@ -74,13 +91,13 @@ void bind_host_ranks(Session& s) {
   CPU_ZERO(&set);
   for (int c : to) CPU_SET(c, &set);
   if (sched_setaffinity(0, sizeof set, &set) != 0) {
-    spdlog::warn("rank {}: could not bind to CPU {} (comm.bind_cores): {}", s.rank(), to.front(), std::strerror(errno));
+    spdlog::warn("rank {}: could not bind to {} (comm.bind_cores): {}", s.rank(), cpu_list(to), std::strerror(errno));
     return;
   }
   if (first) {
     std::string list;
     for (std::size_t i = 0; i < ranks.size(); ++i)
-      list += fmt::format("{}rank {} -> CPU {}", i ? ", " : "", ranks[i], plan.cpus[i].empty() ? -1 : plan.cpus[i][0]);
+      list += fmt::format("{}rank {} -> {}", i ? ", " : "", ranks[i], cpu_list(plan.cpus[i]));
     spdlog::info("host {}: the launcher left {} ranks free to share CPUs; bound {} (comm.bind_cores=false keeps the "
                  "launcher's binding)", s.world().hostname(), ranks.size(), list);
   }

@@ -41,8 +41,9 @@ constexpr std::array kSettings = {
                 "TRELLIS_ALLOW_MPI_RECOVERY"},
     SettingSpec{"comm.bind_cores", T::kBool, "true",
                 "Under mpirun/srun: when the launcher left the ranks of a host free to share CPUs (--bind-to "
-                "none, socket binding), bind each to a CPU of its own at start (distinct cores first), so the "
-                "first measurement is not taken with two ranks on one core; warn naming ranks that must share",
+                "none, socket binding), bind each to an even share of whole cores at start (a CPU each, distinct "
+                "cores first, when there are fewer cores than ranks), so the first measurement is not taken with "
+                "two ranks on one core; warn naming ranks that must share",
                 "TRELLIS_BIND_CORES"},
     SettingSpec{"comm.no_nvlink", T::kBool, "false",
                 "Remove NVLink paths from link selection (and set NCCL_P2P_DISABLE=1 for NCCL)",

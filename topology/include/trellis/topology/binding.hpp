@@ -5,8 +5,9 @@
 // the ranks of a host start free to run anywhere, and the kernel often starts them on one
 // core and separates them only after a second or so; whatever a job measures first then
 // runs with a context switch per message (docs/benchmarks.md: the first link measured 2x
-// slower than ucx_perftest in 8 of 12 runs). Binding each rank to its own CPU at start makes
-// the first measurement like the later ones.
+// slower than ucx_perftest in 8 of 12 runs). Binding each rank to CPUs of its own at start
+// makes the first measurement like the later ones. A rank gets a share of the cores, not one
+// CPU: it runs several threads (a GPU rank's engine threads, a CPU rank's kernel workers).
 #pragma once
 
 #include <string>
@@ -26,10 +27,12 @@ struct CoreBinding {
 // job (for messages); `host` for messages; `core_of_cpu[c]`: the physical core of CPU c (a
 // number unique on the host; empty or shorter: every CPU its own core). When the sets already
 // are pairwise disjoint, or a set is empty (unknown), nothing changes. Otherwise, when the
-// union holds at least one CPU per rank, rank i gets one CPU: distinct physical cores first
-// (the first hardware thread of each core, in core order, then the second ones), in rank
-// order so a stage's TP ranks sit next to each other; when it does not, nothing is bound (the
-// kernel balances better than a fixed overload) and the warning names the ranks that share.
+// union holds at least one physical core per rank, each rank gets an even share of whole
+// cores with all their hardware threads (the first cores % ranks ranks one core more), in
+// core and rank order so a stage's TP ranks sit next to each other; with fewer cores than
+// ranks but a CPU per rank, rank i gets one CPU, distinct cores first (the first hardware
+// thread of each core, then the second ones); with fewer CPUs than ranks nothing is bound
+// (the kernel balances better than a fixed overload) and the warning names the ranks.
 CoreBinding plan_core_binding(const std::vector<std::vector<int>>& allowed, const std::vector<int>& ranks,
                               const std::string& host, const std::vector<int>& core_of_cpu = {});
 
