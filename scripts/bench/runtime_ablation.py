@@ -20,7 +20,10 @@ decoupled sampler has the most work to take off the last stage.
 --lock FILE runs every measured `trellis run` under `flock FILE` (the shared machine's
 benchmark lock) and records the load average (/proc/loadavg) before and after each run in
 the raw rows. Every run also records the fraction of all CPUs' time that was idle while
-it ran (/proc/stat, whole machine, model load included): the table's last column. --trace-dir DIR adds, after the timed repetitions, one traced run per batch
+it ran (/proc/stat, whole machine, model load included): the table's last column, and the
+CPUs rank 0's log says comm.bind_cores gave the ranks and how its engine threads wait
+(spinning or blocking), in a line under the table and in --json-out's "hosts".
+--trace-dir DIR adds, after the timed repetitions, one traced run per batch
 and variant (not counted in the medians) and writes DIR/b<batch>-<variant>.json, for
 scripts/bench/pipeline_bubbles.py.
 
@@ -52,6 +55,7 @@ import json
 import math
 import os
 import random
+import re
 import shlex
 import shutil
 import signal
@@ -216,8 +220,20 @@ def run_once(args, batch, flags, trace=None, timeout=None):
     if start > 0 or text.startswith("{"):
         summary = json.JSONDecoder().raw_decode(text[start:])[0]
         summary["machine_idle_fraction"] = idle  # all CPUs, over the whole run (load included)
+        summary.update(host_of_run(stdout + "\n" + stderr))
         return summary
     raise RunFailed(f"runtime_ablation: no JSON summary in the output of {' '.join(cmd)}:\n{tail(stdout, 1000)}")
+
+
+def host_of_run(log):
+    """What rank 0's log says of where the run's ranks ran: the CPUs comm.bind_cores gave them
+    (None: left to the launcher) and how its engine threads wait (spinning or blocking, and
+    why). Recorded per run: until 2026-11-28 a rank was bound to one CPU even on a 16-core GPU
+    host, and nothing in the results showed it."""
+    b = re.search(r"bound (rank 0 -> .*?) \(comm\.bind_cores", log)
+    w = re.search(r"rank 0: engine threads wait by (\w+) \((.*)\)\s*$", log, re.M)
+    return {"core_binding": b.group(1) if b else None, "host_waits": w.group(1) if w else None,
+            "host_waits_why": w.group(2) if w else None}
 
 
 def pick(summary, *path):
@@ -329,7 +345,9 @@ def main():
                              "load_before": load_before, "load_after": loadavg(),
                              "tokens_per_s": pick(s, "throughput_tokens_per_s"),
                              "idle": s.get("machine_idle_fraction"),
-                             "tpot_p50_ms": 1e3 * (pick(s, "tpot", "p50_s") or float("nan")), "summary": s})
+                             "tpot_p50_ms": 1e3 * (pick(s, "tpot", "p50_s") or float("nan")),
+                             "core_binding": s.get("core_binding"), "host_waits": s.get("host_waits"),
+                             "summary": s})
                 print(f"batch {batch} rep {rep + 1}/{args.reps} {name}: "
                       f"{rows[-1]['tokens_per_s']} tok/s (load {load_before} -> {rows[-1]['load_after']})",
                       file=sys.stderr, flush=True)
@@ -357,6 +375,11 @@ def main():
         print(f"| {r['batch']} | {r['variant']} | {', '.join(f'{x:.0f}' for x in r['tokens_per_s'])} | "
               f"{r['median_tokens_per_s']:.0f} | {t:.{2 if t < 10 else 1}f} ms | {ratio} | "
               f"{100 * r['cpus_idle_median']:.0f}% |")
+    hosts = sorted({(r.get("core_binding") or "left to the launcher", r.get("host_waits") or "not logged")
+                    for r in rows})
+    if hosts:
+        print("\n(rank 0's CPUs and engine waits over the runs: "
+              + "; ".join(f"{b}, waits {w}" for b, w in hosts) + ")")
     loads = [float(r[k].split()[0]) for r in rows for k in ("load_before", "load_after")]
     if loads:
         print(f"\n(load average, 1 min, over the runs: {min(loads):.2f}-{max(loads):.2f})")
@@ -371,7 +394,8 @@ def main():
                         mps_pipe_directory=os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
         clean = [{k: (finite(v) if isinstance(v, float) else v) for k, v in r.items()} for r in table]
         with open(args.json_out, "w") as f:
-            json.dump({"settings": settings, "rows": clean, "runs": len(rows), "failures": failures,
+            json.dump({"settings": settings, "rows": clean, "runs": len(rows),
+                       "hosts": [{"core_binding": b, "host_waits": w} for b, w in hosts], "failures": failures,
                        "not_started": skipped, "seconds": round(time.time() - t0, 1)}, f, indent=1)
             f.write("\n")
     if failures:
