@@ -153,11 +153,11 @@ void Engine::forward_executor() {
     stats_out = std::make_unique<StageStatsSender>(links_.link(0), trace_, engine_start_s_);
   for (std::int64_t it = 0;; ++it) {
     const StageInput* in = nullptr;
-    // Deferred logits are collected before any wait that could depend on them (the next
-    // input of a single stage needs the tokens they give); an input already prepared cannot.
     // Nothing to start yet (a decode step waits for the tokens of this one): the stage may fill
     // its next step now, on a guess, while its device still runs this step (prepare_next).
     if (it > 0 && opt_.tsem && !tsem_.forward_ready()) stage_.prepare_next(trace_);
+    // Deferred logits are collected before any wait that could depend on them (the next
+    // input of a single stage needs the tokens they give); an input already prepared cannot.
     if (pending_logits_ && !tsem_.forward_ready()) finish_pending_logits();
     if (opt_.tsem) {
       Tracer::Span span(trace_, Lane::kForward, TraceCat::kWait, "wait input");
